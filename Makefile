@@ -1,0 +1,39 @@
+# The two commands of the README: `make lab` and `make test`. Everything lives in .venv.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PORT ?= 8888
+HOST ?= 127.0.0.1
+STAMP := $(VENV)/.installed
+
+.PHONY: lab test lint bench setup clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@$(PY) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "DDP Basics needs Python 3.10 or newer (found " + sys.version.split()[0] + "); set PY=python3.11")'
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+	touch $(STAMP)
+
+# JupyterLab refuses to run as root unless told; root is common in containers.
+# Without a display (a server, a container, CI) it prints the address instead of opening a browser.
+lab: $(STAMP)
+	$(BIN)/jupyter lab --ServerApp.ip=$(HOST) --ServerApp.port=$(PORT) \
+		--ServerApp.port_retries=0 --ServerApp.root_dir="$(CURDIR)" \
+		--LabApp.default_url=/lab/tree/lessons \
+		$$( [ "$$(id -u)" = 0 ] && echo --allow-root ) \
+		$$( [ -z "$$DISPLAY$$WAYLAND_DISPLAY" ] && [ "$$(uname)" != Darwin ] && echo --no-browser )
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+test: $(STAMP) lint
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/launch_overhead.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

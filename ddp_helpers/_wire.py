@@ -1,0 +1,78 @@
+"""Length-prefixed pickle messages between the kernel, the zygote and the ranks."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import struct
+
+_HEADER = struct.Struct("!Q")
+MAX_FDS = 250  # below the kernel's SCM_RIGHTS limit of 253 per message
+
+
+def pack(obj) -> bytes:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    return _HEADER.pack(len(data)) + data
+
+
+def write_message(fd: int, obj) -> None:
+    """Write one message to a pipe, all of it."""
+    view = memoryview(pack(obj))
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+class MessageReader:
+    """Reassembles messages from the chunks a non-blocking pipe read returns."""
+
+    def __init__(self):
+        self._buf = bytearray()
+
+    def feed(self, chunk: bytes) -> list:
+        self._buf += chunk
+        out = []
+        while len(self._buf) >= _HEADER.size:
+            (size,) = _HEADER.unpack_from(self._buf)
+            end = _HEADER.size + size
+            if len(self._buf) < end:
+                break
+            out.append(pickle.loads(bytes(self._buf[_HEADER.size : end])))
+            del self._buf[:end]
+        return out
+
+    @property
+    def partial(self) -> bool:
+        return bool(self._buf)
+
+
+def send(sock: socket.socket, obj, fds=()) -> None:
+    """Send one message over a Unix stream socket, with file descriptors attached."""
+    data = pack(obj)
+    if fds:
+        if len(fds) > MAX_FDS:
+            raise ValueError(f"too many file descriptors in one message ({len(fds)})")
+        sent = socket.send_fds(sock, [data], list(fds))
+        data = data[sent:]
+    sock.sendall(data)
+
+
+def _recv_exact(sock: socket.socket, n: int, into: bytearray) -> None:
+    while len(into) < n:
+        chunk = sock.recv(min(n - len(into), 1 << 20))
+        if not chunk:
+            raise EOFError("the other end closed the connection")
+        into += chunk
+
+
+def recv(sock: socket.socket):
+    """Receive one message and the file descriptors sent with it; EOFError at end."""
+    head, fds, _flags, _addr = socket.recv_fds(sock, _HEADER.size, MAX_FDS)
+    if not head:
+        raise EOFError("the other end closed the connection")
+    buf = bytearray(head)
+    _recv_exact(sock, _HEADER.size, buf)
+    (size,) = _HEADER.unpack_from(buf)
+    body = bytearray()
+    _recv_exact(sock, size, body)
+    return pickle.loads(bytes(body)), fds

@@ -1,0 +1,209 @@
+"""The zygote: a process started once per kernel that imports torch, then forks ranks.
+
+Forking from it makes a warm launch cost a fork instead of a fresh `import torch` per rank.
+It is safe because this process never initialises CUDA, runs no torch op (so no OpenMP
+pool exists) and has a single thread. It dies with the kernel (end of its socket), and
+its ranks die with it (parent-death signal).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import select
+import signal
+import socket
+import sys
+
+from . import _wire
+
+# Modules the lessons use, imported once here so no rank pays for them.
+PRELOAD = (
+    "torch",
+    "torch.distributed",
+    "torch.nn",
+    "torch.nn.parallel",
+    "torch.optim",
+    "torch.utils.data",
+    "torch.utils.data.distributed",
+    "ddp_helpers._pickling",
+    "ddp_helpers.worker",
+)
+
+
+def _count_gpus() -> int:
+    import torch
+
+    if not torch.backends.cuda.is_built():
+        return 0
+    # Asking the CUDA runtime initialises the driver in the asking process, after which
+    # forked children cannot use CUDA: ask in a throw-away child instead.
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.write(w, str(torch.cuda.device_count()).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        data = f.read()
+    os.waitpid(pid, 0)
+    return int(data or 0)
+
+
+class Zygote:
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.children: dict[int, tuple[int, int]] = {}  # pid -> (launch id, rank)
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
+        os.set_blocking(self.wake_r, False)
+
+    def serve(self) -> None:
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.set_wakeup_fd(self.wake_w)
+        while True:
+            try:
+                ready, _, _ = select.select([self.sock, self.wake_r], [], [], 0.5)
+            except InterruptedError:
+                ready = []
+            if self.wake_r in ready:
+                try:
+                    while os.read(self.wake_r, 512):
+                        pass
+                except BlockingIOError:
+                    pass
+            self.reap()
+            if self.sock in ready:
+                try:
+                    msg, fds = _wire.recv(self.sock)
+                except (EOFError, OSError):
+                    self.kill_all()
+                    return
+                self.handle(msg, fds)
+
+    def reap(self) -> None:
+        while self.children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            launch_id, rank = self.children.pop(pid, (None, None))
+            if launch_id is not None:
+                self.reply({"op": "exit", "id": launch_id, "rank": rank, "status": status})
+
+    def reply(self, msg) -> None:
+        try:
+            _wire.send(self.sock, msg)
+        except OSError:
+            pass
+
+    def handle(self, msg: dict, fds: list[int]) -> None:
+        op = msg["op"]
+        if op == "launch":
+            self.launch(msg, fds)
+        elif op == "signal":
+            self.signal(msg["id"], msg["signal"], msg.get("group", True))
+        elif op == "ping":
+            self.reply({"op": "pong"})
+        for fd in fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def launch(self, req: dict, fds: list[int]) -> None:
+        nprocs = req["nprocs"]
+        pids = []
+        try:
+            for rank in range(nprocs):
+                mine = tuple(fds[4 * rank : 4 * rank + 4])
+                pid = os.fork()
+                if pid == 0:
+                    self._become_rank(req, rank, mine, fds)
+                try:
+                    os.setpgid(pid, pid)
+                except OSError:
+                    pass
+                self.children[pid] = (req["id"], rank)
+                pids.append(pid)
+        except OSError as exc:
+            for pid in pids:
+                _kill_group(pid, signal.SIGKILL)
+            self.reply({"op": "failed", "id": req["id"], "error": f"fork failed: {exc}"})
+            return
+        self.reply({"op": "started", "id": req["id"], "pids": pids})
+
+    def _become_rank(self, req, rank, mine, all_fds) -> None:
+        try:
+            self.sock.close()
+            for fd in (self.wake_r, self.wake_w, *all_fds):
+                if fd not in mine:
+                    os.close(fd)
+            from .worker import run_rank
+
+            run_rank(req, rank, mine)
+        finally:
+            os._exit(70)
+
+    def signal(self, launch_id, sig: int, group: bool) -> None:
+        for pid, (lid, _rank) in list(self.children.items()):
+            if lid == launch_id:
+                if group:
+                    _kill_group(pid, sig)
+                else:
+                    try:
+                        os.kill(pid, sig)
+                    except ProcessLookupError:
+                        pass
+
+    def kill_all(self) -> None:
+        for pid in list(self.children):
+            _kill_group(pid, signal.SIGKILL)
+
+
+def _kill_group(pid: int, sig: int) -> None:
+    # The pid is our unreaped child, so it cannot have been reused by another process.
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def main() -> None:
+    fd = int(sys.argv[1])
+    sock = socket.socket(fileno=fd)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # interrupts are the kernel's to handle
+    try:
+        import importlib
+
+        for name in PRELOAD:
+            importlib.import_module(name)
+        import torch
+
+        ready = {
+            "op": "ready",
+            "pid": os.getpid(),
+            "gpus": _count_gpus(),
+            "torch": torch.__version__,
+            "cuda_built": torch.backends.cuda.is_built(),
+        }
+    except BaseException as exc:  # tell the kernel why, instead of dying silently
+        _wire.send(sock, {"op": "broken", "error": f"{type(exc).__name__}: {exc}"})
+        return
+    _wire.send(sock, ready)
+    # Everything imported so far lives as long as the zygote: keep the collector off it, so
+    # that a rank's collections do not walk (and copy-on-write touch) all of torch.
+    gc.collect()
+    gc.freeze()
+    Zygote(sock).serve()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""The `%%ddp` cell magic: run a notebook cell's body on N ranks (every lesson)."""
+
+from __future__ import annotations
+
+import re
+import types
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from .launcher import DistributedError, _run
+
+MESSAGES = {
+    "not_sent": (
+        "\n\nNote: `{name}` exists in the notebook but could not be sent to the ranks "
+        "({reason}). Create it inside the %%ddp cell, or pass picklable data instead."
+    ),
+    "compile": "The %%ddp cell does not compile: {error}",
+}
+
+_NAME_ERROR = re.compile(r"name '([^']+)' is not defined")
+
+
+def _names_used(code: types.CodeType) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _names_used(const)
+    return names
+
+
+def _namespace_for(code: types.CodeType, user_ns: dict, hidden: dict) -> tuple[dict, dict]:
+    """The notebook variables the cell uses, pickled by value; and those that cannot be."""
+    from ._pickling import dumps
+
+    shipped, skipped = {}, {}
+    for name in sorted(_names_used(code)):
+        if name not in user_ns or name in hidden or name.startswith("_"):
+            continue
+        try:
+            shipped[name] = dumps(user_ns[name])
+        except Exception as exc:
+            skipped[name] = f"{type(exc).__name__}: {exc}"
+    return shipped, skipped
+
+
+@magics_class
+class DDPMagics(Magics):
+    @magic_arguments()
+    @argument("-n", "--nprocs", type=int, default=2, help="number of ranks (processes)")
+    @argument("--backend", default="auto", help="gloo, nccl or auto (nccl if enough GPUs)")
+    @argument("--timeout", type=float, default=None, help="stop every rank after S seconds")
+    @argument("--ordered", action="store_true", help="print rank 0's lines, then rank 1's, ...")
+    @cell_magic
+    def ddp(self, line: str, cell: str):
+        """Run this cell's body on every rank: %%ddp -n 2 [--backend B] [--timeout S]."""
+        __tracebackhide__ = True
+        args = parse_argstring(self.ddp, line)
+        ip = self.shell
+        source = f"%%ddp {line}\n{cell}"
+        # IPython counts the running cell before running it: this cell is In[count - 1].
+        filename = ip.compile.cache(source, max(ip.execution_count - 1, 0))
+        try:
+            # A leading newline keeps line numbers equal to the cell's, magic line included.
+            code = compile("\n" + cell, filename, "exec")
+        except SyntaxError as exc:
+            raise UsageError(MESSAGES["compile"].format(error=exc)) from None
+        shipped, skipped = _namespace_for(code, ip.user_ns, ip.user_ns_hidden)
+        extra = {"filename": filename, "namespace": shipped}
+        try:
+            _run(
+                "cell",
+                "\n" + cell,
+                args.nprocs,
+                args.backend,
+                args.timeout,
+                True if args.ordered else None,
+                extra,
+            )
+        except DistributedError as exc:
+            m = _NAME_ERROR.search(exc.exc_message or "")
+            if exc.exc_type == "NameError" and m and m.group(1) in skipped:
+                note = MESSAGES["not_sent"].format(name=m.group(1), reason=skipped[m.group(1)])
+                exc.args = (exc.args[0] + note,)
+            raise
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+
+
+def register(ipython) -> None:
+    ipython.register_magics(DDPMagics)

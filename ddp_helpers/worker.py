@@ -1,0 +1,197 @@
+"""What runs inside one rank process: set up the rank, run the user's code, report back."""
+
+from __future__ import annotations
+
+import io
+import linecache
+import os
+import pickle
+import signal
+import sys
+import time
+import traceback
+import types
+
+from ._pickling import dumps
+from ._wire import write_message
+
+# Frames from these files are the launcher's, not the learner's: hidden from tracebacks.
+INTERNAL_FILES = ("ddp_helpers/worker.py", "ddp_helpers/_zygote.py")
+
+
+def _set_parent_death_signal() -> None:
+    # Linux only: the kernel kills this rank if the zygote dies, so no rank outlives it.
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def _user_traceback(exc: BaseException) -> str:
+    tb = exc.__traceback__
+    # Drop the launcher's own frames at the top so the traceback starts in the user's code.
+    while tb is not None and tb.tb_frame.f_code.co_filename.endswith(INTERNAL_FILES):
+        tb = tb.tb_next
+    exc.__traceback__ = tb
+    return "".join(traceback.format_exception(exc))
+
+
+def _error_message(exc: BaseException) -> dict:
+    try:
+        exc_bytes = pickle.dumps(exc)
+        pickle.loads(exc_bytes)
+    except Exception:
+        exc_bytes = None
+    return {
+        "kind": "error",
+        "type": type(exc).__qualname__,
+        "module": type(exc).__module__,
+        "message": str(exc),
+        "traceback": _user_traceback(exc),
+        "time": time.monotonic(),
+        "exception": exc_bytes,
+    }
+
+
+def _setup_process(req: dict, rank: int, fds: tuple[int, int, int, int]) -> tuple:
+    out_fd, err_fd, ctl_fd, stk_fd = fds
+    _set_parent_death_signal()
+    try:
+        os.setpgid(0, 0)  # own group, so the launcher can stop this rank's own children too
+    except OSError:
+        pass
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGUSR1):
+        signal.signal(sig, signal.SIG_DFL)
+    try:
+        signal.set_wakeup_fd(-1)
+    except ValueError:
+        pass
+
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(out_fd, 1)
+    os.dup2(err_fd, 2)
+    os.close(out_fd)
+    os.close(err_fd)
+
+    def text_stream(fd):
+        return io.TextIOWrapper(
+            io.FileIO(fd, "w", closefd=False),
+            encoding="utf-8",
+            errors="backslashreplace",
+            line_buffering=True,
+            write_through=True,
+        )
+
+    sys.stdout = sys.__stdout__ = text_stream(1)
+    sys.stderr = sys.__stderr__ = text_stream(2)
+
+    stack_file = open(stk_fd, "w", closefd=True)  # noqa: SIM115
+    import faulthandler
+
+    # A fatal signal (segfault, abort) or the launcher's SIGUSR1 at a timeout writes every
+    # thread's Python stack to this pipe, even while the rank is stuck inside C++.
+    faulthandler.enable(file=stack_file, all_threads=True)
+    faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True, chain=False)
+
+    os.environ.clear()
+    os.environ.update(req["env"])
+    os.environ.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        GROUP_RANK="0",
+        WORLD_SIZE=str(req["nprocs"]),
+        LOCAL_WORLD_SIZE=str(req["nprocs"]),
+        MASTER_ADDR=req["master_addr"],
+        MASTER_PORT=str(req["master_port"]),
+    )
+    try:
+        os.chdir(req["cwd"])
+    except OSError:
+        pass
+    sys.path[:] = req["sys_path"]
+    sys.argv[:] = [req.get("argv0", "")]
+    # The kernel's notebook cells exist only in its memory: copy them so that tracebacks
+    # from functions defined in cells show their source lines.
+    for name, lines in req["sources"].items():
+        linecache.cache[name] = (sum(map(len, lines)), None, lines, name)
+
+    main = types.ModuleType("__main__")
+    main.__dict__["__builtins__"] = __builtins__
+    sys.modules["__main__"] = main
+    return ctl_fd, stack_file, main
+
+
+def run_rank(req: dict, rank: int, fds: tuple[int, int, int, int]) -> None:
+    """Run one rank to completion in this (forked) process, then exit; never returns."""
+    code = 70
+    try:
+        ctl_fd, stack_file, main = _setup_process(req, rank, fds)
+    except BaseException:
+        os._exit(code)
+    try:
+        code = _run_user_code(req, rank, ctl_fd, main)
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except Exception:
+            pass
+        os._exit(code)
+
+
+def _run_user_code(req: dict, rank: int, ctl_fd: int, main: types.ModuleType) -> int:
+    import torch
+
+    torch.set_num_threads(req["threads"])
+    if req["backend"] == "nccl" and torch.cuda.is_available():
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+
+    value = None
+    try:
+        if req["kind"] == "call":
+            fn, args, kwargs = pickle.loads(req["payload"])
+            value = fn(*args, **kwargs)
+        else:
+            value = _run_cell(req, main)
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            write_message(ctl_fd, _error_message(exc))
+            return 1
+    except BaseException as exc:
+        write_message(ctl_fd, _error_message(exc))
+        return 1
+
+    try:
+        payload = dumps(value, cpu_tensors=True)
+    except Exception as exc:
+        err = _error_message(exc)
+        err["message"] = (
+            f"the return value ({type(value).__name__}) could not be sent back to the "
+            f"notebook: {exc}. Return plain data (numbers, lists, dicts, tensors)."
+        )
+        write_message(ctl_fd, err)
+        return 1
+    write_message(ctl_fd, {"kind": "result", "value": payload})
+    # The caller ends the process with os._exit: no interpreter teardown runs, so gloo and
+    # DDP objects are never destroyed at exit, which is where their "terminate called
+    # without an active exception" abort comes from.
+    return 0
+
+
+def _run_cell(req: dict, main: types.ModuleType) -> None:
+    namespace = main.__dict__
+    for name, blob in req["namespace"].items():
+        try:
+            namespace[name] = pickle.loads(blob)
+        except Exception:  # a name the cell may not even use: leave it out
+            pass
+    code = compile(req["payload"], req["filename"], "exec")
+    exec(code, namespace)
+    return None

@@ -1,0 +1,45 @@
+"""Shared fixtures: every launcher test also proves that no rank process is left behind."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def _rank_processes() -> list[psutil.Process]:
+    import ddp_helpers.launcher as L
+
+    if L._zygote is None or not L._zygote.alive():
+        return []
+    return psutil.Process(L._zygote.proc.pid).children(recursive=True)
+
+
+@pytest.fixture
+def no_leftovers():
+    """Fails the test if any rank process (or child of one) outlives its launch."""
+    yield
+    left = [p for p in _rank_processes() if p.is_running() and p.status() != "zombie"]
+    assert not left, f"processes left running after the launch: {left}"
+
+
+@pytest.fixture(autouse=True)
+def _quiet_threads(monkeypatch):
+    # Two cores here; one thread per rank keeps the tests' timing honest.
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.delenv("DDP_HELPERS_OUTPUT", raising=False)
+    yield
+
+
+def pytest_sessionfinish(session, exitstatus):
+    import ddp_helpers.launcher as L
+
+    if L._zygote is not None:
+        L.shutdown()
+    os.environ.pop("DDP_HELPERS_OUTPUT", None)

@@ -1,0 +1,363 @@
+"""The launcher called from Python: results, environment, output, failures, timeouts."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from ddp_helpers import DistributedError, Results, launch, spawn
+
+pytestmark = pytest.mark.usefixtures("no_leftovers")
+
+
+def env_of_rank():
+    keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS")
+    return {k: os.environ.get(k) for k in keys}
+
+
+def all_reduce_rank_plus_one():
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    t = torch.tensor([float(dist.get_rank() + 1)])
+    dist.all_reduce(t)
+    dist.destroy_process_group()
+    return t
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_every_rank_returns_its_value_in_rank_order(n):
+    results = launch(lambda x: (int(os.environ["RANK"]), x * 2), 21, nprocs=n)
+    assert isinstance(results, Results)
+    assert list(results) == [(r, 42) for r in range(n)]
+    assert results.rank0 == (0, 42)
+
+
+def test_each_rank_gets_the_torchrun_environment():
+    envs = launch(env_of_rank, nprocs=3)
+    ports = {e["MASTER_PORT"] for e in envs}
+    assert len(ports) == 1 and int(ports.pop()) > 0
+    for rank, env in enumerate(envs):
+        assert env["RANK"] == env["LOCAL_RANK"] == str(rank)
+        assert env["WORLD_SIZE"] == "3"
+        assert env["MASTER_ADDR"] == "127.0.0.1"
+        assert env["OMP_NUM_THREADS"] == "1"
+
+
+def test_default_thread_count_shares_the_cores(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    cores = len(os.sched_getaffinity(0))
+    threads = launch(lambda: __import__("torch").get_num_threads(), nprocs=2)
+    assert list(threads) == [max(1, cores // 2)] * 2
+
+
+def test_lessons_own_init_process_group_works_unchanged_and_tensors_come_back_on_cpu():
+    results = launch(all_reduce_rank_plus_one, nprocs=3)
+    assert [t.tolist() for t in results] == [[6.0]] * 3
+    assert all(t.device.type == "cpu" and not t.requires_grad for t in results)
+
+
+def test_parameters_with_grad_come_back_detached():
+    def make():
+        import torch
+
+        return {"w": torch.nn.Parameter(torch.ones(2)), "n": 3}
+
+    r = launch(make, nprocs=2)
+    assert r[1]["n"] == 3 and r[1]["w"].tolist() == [1.0, 1.0]
+    assert not r[1]["w"].requires_grad
+
+
+def test_lines_are_prefixed_and_routed_to_the_matching_stream(capsys):
+    def talk():
+        import sys
+
+        rank = os.environ["RANK"]
+        print(f"hello from {rank}")
+        print(f"warning from {rank}", file=sys.stderr)
+
+    launch(talk, nprocs=2)
+    out, err = capsys.readouterr()
+    assert sorted(out.splitlines()) == ["[rank 0] hello from 0", "[rank 1] hello from 1"]
+    assert sorted(err.splitlines()) == ["[rank 0] warning from 0", "[rank 1] warning from 1"]
+
+
+def test_a_burst_of_lines_from_three_ranks_never_breaks_a_line(capsys):
+    def burst():
+        import sys
+
+        rank = os.environ["RANK"]
+        for i in range(400):
+            # Written in pieces, as a library might, with no flush between.
+            sys.stdout.write(f"rank={rank} line={i:03d} ")
+            sys.stdout.write("x" * (i % 97) + "\n")
+
+    launch(burst, nprocs=3)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1200
+    for line in lines:
+        prefix, rest = line.split("] ", 1)
+        rank = prefix.removeprefix("[rank ")
+        assert rest.startswith(f"rank={rank} line=")
+        i = int(rest.split("line=")[1][:3])
+        assert rest == f"rank={rank} line={i:03d} " + "x" * (i % 97)
+
+
+def test_carriage_return_progress_does_not_flood(capsys):
+    def progress():
+        import sys
+
+        for i in range(1, 2001):
+            sys.stdout.write(f"\rstep {i}/2000")
+        sys.stdout.write("\n")
+        print("done")
+
+    launch(progress, nprocs=2)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) <= 2 * 6, lines
+    for rank in (0, 1):
+        mine = [line for line in lines if line.startswith(f"[rank {rank}] ")]
+        assert mine[-2:] == [f"[rank {rank}] step 2000/2000", f"[rank {rank}] done"]
+
+
+def test_ordered_output_prints_rank_by_rank(capsys):
+    def talk():
+        import time
+
+        rank = int(os.environ["RANK"])
+        for i in range(3):
+            time.sleep(0.05 if rank == 0 else 0.01)
+            print(f"{rank}.{i}")
+
+    launch(talk, nprocs=3, ordered=True)
+    assert capsys.readouterr().out.splitlines() == [
+        f"[rank {r}] {r}.{i}" for r in range(3) for i in range(3)
+    ]
+
+
+def raise_on_rank_one():
+    import time
+
+    if os.environ["RANK"] == "1":
+        raise ValueError("the batch had 3 items, expected 4")
+    time.sleep(60)
+
+
+def test_a_raising_rank_fails_fast_with_its_traceback():
+    t0 = time.monotonic()
+    with pytest.raises(DistributedError) as info:
+        launch(raise_on_rank_one, nprocs=3)
+    elapsed = time.monotonic() - t0
+    err = info.value
+    assert elapsed < 3, f"took {elapsed:.1f} s"
+    assert err.kind == "exception" and err.rank == 1 and err.exc_type == "ValueError"
+    assert err.exc_message == "the batch had 3 items, expected 4"
+    text = str(err)
+    assert "rank 1 raised ValueError: the batch had 3 items, expected 4" in text
+    assert "in raise_on_rank_one" in text
+    assert 'raise ValueError("the batch had 3 items, expected 4")' in text
+    assert "ddp_helpers/worker.py" not in text  # the launcher's frames are hidden
+    assert isinstance(err.original, ValueError)
+
+
+def test_a_failing_collective_names_the_first_rank_not_its_victims():
+    def fail_then_collect():
+        import torch
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        if dist.get_rank() == 0:
+            raise KeyError("missing key")
+        dist.all_reduce(torch.ones(1))
+
+    with pytest.raises(DistributedError) as info:
+        launch(fail_then_collect, nprocs=2, timeout=30)
+    assert info.value.rank == 0 and info.value.exc_type == "KeyError"
+
+
+def test_a_rank_that_exits_is_reported_with_its_exit_code():
+    def exit_three():
+        import time
+
+        if os.environ["RANK"] == "0":
+            os._exit(3)
+        time.sleep(60)
+
+    with pytest.raises(DistributedError) as info:
+        launch(exit_three, nprocs=2)
+    assert info.value.kind == "exit" and info.value.rank == 0 and info.value.exitcode == 3
+    assert "rank 0 exited with code 3" in str(info.value)
+
+
+def test_sys_exit_zero_counts_as_returning_none_and_nonzero_as_failure():
+    assert list(launch(lambda: __import__("sys").exit(0), nprocs=2)) == [None, None]
+    with pytest.raises(DistributedError, match=r"rank \d called sys.exit\(2\)"):
+        launch(lambda: __import__("sys").exit(2), nprocs=2)
+
+
+def test_a_killed_rank_is_reported_with_the_signal_name():
+    def die():
+        import time
+
+        if os.environ["RANK"] == "1":
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(60)
+
+    t0 = time.monotonic()
+    with pytest.raises(DistributedError) as info:
+        launch(die, nprocs=2)
+    assert time.monotonic() - t0 < 3
+    assert info.value.kind == "signal" and info.value.signal_name == "SIGKILL"
+    assert "rank 1 was killed by SIGKILL (signal 9)" in str(info.value)
+
+
+def test_a_segfault_shows_the_python_stack_of_the_crash():
+    def crash():
+        import ctypes
+
+        if os.environ["RANK"] == "1":
+            ctypes.string_at(0)
+
+    with pytest.raises(DistributedError) as info:
+        launch(crash, nprocs=2)
+    text = str(info.value)
+    assert info.value.signal_name == "SIGSEGV"
+    assert "ctypes.string_at(0)" in text and "in crash" in text
+
+
+def sleepy():
+    import time
+
+    time.sleep(100)
+
+
+def test_timeout_stops_every_rank_and_shows_where_each_was():
+    t0 = time.monotonic()
+    with pytest.raises(DistributedError) as info:
+        launch(sleepy, nprocs=2, timeout=1.5)
+    elapsed = time.monotonic() - t0
+    assert 1.5 <= elapsed < 4.5
+    err = info.value
+    assert err.kind == "timeout" and sorted(err.stacks) == [0, 1]
+    for stack in err.stacks.values():
+        assert "in sleepy" in stack and "time.sleep(100)" in stack
+    assert "did not finish within 1.5 s" in str(err)
+
+
+def test_timeout_gives_the_stack_of_a_rank_stuck_in_cpp_collective():
+    def barrier_on_rank_zero_only():
+        import datetime
+
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+        if dist.get_rank() == 0:
+            dist.barrier()  # rank 1 never arrives
+        else:
+            time.sleep(60)  # busy with something else
+
+    with pytest.raises(DistributedError) as info:
+        launch(barrier_on_rank_zero_only, nprocs=2, timeout=3)
+    err = info.value
+    assert "dist.barrier()  # rank 1 never arrives" in err.stacks[0]
+    assert "in barrier" in err.stacks[0]
+    assert "time.sleep(60)  # busy with something else" in err.stacks[1]
+    assert "inside `if rank == 0:`" in str(err)
+
+
+def test_a_collective_whose_peer_already_returned_gets_a_hint():
+    def barrier_on_rank_zero_only():
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        if dist.get_rank() == 0:
+            dist.barrier()
+
+    with pytest.raises(DistributedError) as info:
+        launch(barrier_on_rank_zero_only, nprocs=2, timeout=30)
+    text = str(info.value)
+    assert info.value.rank == 0
+    assert "rank 1 had already returned" in text and "inside `if rank == 0:`" in text
+
+
+def test_next_launch_after_a_failure_works():
+    with pytest.raises(DistributedError):
+        launch(raise_on_rank_one, nprocs=2)
+    assert list(launch(lambda: 7, nprocs=2)) == [7, 7]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"nprocs": 0}, "nprocs must be a whole number of ranks, 1 or more; got 0"),
+        ({"nprocs": 2.0}, "nprocs must be a whole number"),
+        ({"backend": "mpi"}, "backend must be 'auto', 'gloo' or 'nccl'; got 'mpi'"),
+        ({"timeout": 0}, "timeout must be a number of seconds above 0"),
+    ],
+)
+def test_bad_options_get_a_clear_error_before_anything_starts(kwargs, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        launch(print, **kwargs)
+
+
+def test_nccl_without_gpus_says_how_many_were_found_and_what_works():
+    import ddp_helpers.launcher as L
+
+    gpus = L._get_zygote().gpus
+    if gpus >= 2:
+        pytest.skip("this machine has GPUs; the nccl path is checked by benchmarks/gpu_check.sh")
+    with pytest.raises(ValueError, match=rf"{gpus} GPU\(s\) were found.*backend='gloo'"):
+        launch(print, nprocs=2, backend="nccl")
+
+
+def test_an_unpicklable_argument_is_named():
+    import threading
+
+    with pytest.raises(TypeError, match=r"Argument 2 \(lock\) cannot be sent"):
+        launch(print, 1, threading.Lock(), nprocs=2)
+
+
+def test_auto_backend_is_gloo_without_gpus():
+    import ddp_helpers.launcher as L
+
+    expected = "nccl" if L._get_zygote().gpus >= 2 else "gloo"
+    assert list(launch(lambda: os.environ["DDP_HELPERS_BACKEND"], nprocs=2)) == [expected] * 2
+
+
+def tutorial_demo(rank, world_size, seen):
+    # As in PyTorch's DDP tutorial: the function sets the rendezvous itself.
+    import torch
+    import torch.distributed as dist
+
+    os.environ["MASTER_ADDR"] = "localhost"
+    os.environ["MASTER_PORT"] = "12355"
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    t = torch.tensor([rank])
+    dist.all_reduce(t)
+    print(f"rank {rank}: sum {t.item()} {seen}")
+    dist.destroy_process_group()
+
+
+def test_spawn_runs_tutorial_code_unchanged(capsys):
+    assert spawn(tutorial_demo, args=(2, "ok"), nprocs=2, join=True) is None
+    out = capsys.readouterr().out
+    assert "[rank 0] rank 0: sum 1 ok" in out and "[rank 1] rank 1: sum 1 ok" in out
+
+
+def test_spawn_without_join_returns_a_context_to_join():
+    ctx = spawn(tutorial_demo, args=(2, "later"), nprocs=2, join=False)
+    while not ctx.join(timeout=0.05):
+        pass
+    assert ctx.join() is True
+
+
+def test_spawn_reports_a_failure_like_launch():
+    def bad(rank):
+        raise RuntimeError(f"rank {rank} is unhappy")
+
+    with pytest.raises(DistributedError, match="raised RuntimeError: rank . is unhappy"):
+        spawn(bad, nprocs=2)
