@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
-	@$(PY) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "DDP Basics needs Python 3.10 or newer (found " + sys.version.split()[0] + "); set PY=python3.11")'
+	@$(PY) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "DDP Basics needs Python 3.11 or newer (found " + sys.version.split()[0] + "); set PY=python3.11")'
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
 	touch $(STAMP)

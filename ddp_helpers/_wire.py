@@ -54,7 +54,8 @@ def send(sock: socket.socket, obj, fds=()) -> None:
             raise ValueError(f"too many file descriptors in one message ({len(fds)})")
         sent = socket.send_fds(sock, [data], list(fds))
         data = data[sent:]
-    sock.sendall(data)
+    if data:  # sendall(b"") fails with EPIPE once the reader has read all and closed
+        sock.sendall(data)
 
 
 def _recv_exact(sock: socket.socket, n: int, into: bytearray) -> None:

@@ -16,6 +16,7 @@ import socket
 import sys
 
 from . import _wire
+from .worker import set_process_name
 
 # Modules the lessons use, imported once here so no rank pays for them.
 PRELOAD = (
@@ -53,9 +54,15 @@ def _count_gpus() -> int:
 
 
 class Zygote:
+    MAX_SPARES = 8
+
     def __init__(self, sock: socket.socket):
         self.sock = sock
         self.children: dict[int, tuple[int, int]] = {}  # pid -> (launch id, rank)
+        # Forked ahead of time, each waiting on its socket for a rank to become: a launch
+        # then costs no fork at all. Refilled once a launch's ranks are all gone.
+        self.spares: dict[int, socket.socket] = {}
+        self.pool_size = 0
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
         os.set_blocking(self.wake_r, False)
@@ -64,10 +71,17 @@ class Zygote:
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.set_wakeup_fd(self.wake_w)
         while True:
+            # Spares are forked only when nothing has happened for 10 ms: a fork costs a few
+            # ms of CPU that a running launch, or one arriving right now, should not wait on.
+            want_spare = not self.children and len(self.spares) < self.pool_size
             try:
-                ready, _, _ = select.select([self.sock, self.wake_r], [], [], 0.5)
+                ready, _, _ = select.select(
+                    [self.sock, self.wake_r], [], [], 0.01 if want_spare else 0.5
+                )
             except InterruptedError:
                 ready = []
+            if not ready and want_spare:
+                self.fork_spare()
             if self.wake_r in ready:
                 try:
                     while os.read(self.wake_r, 512):
@@ -84,16 +98,65 @@ class Zygote:
                 self.handle(msg, fds)
 
     def reap(self) -> None:
-        while self.children:
+        while self.children or self.spares:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
-                return
+                break
             if pid == 0:
-                return
+                break
+            spare = self.spares.pop(pid, None)
+            if spare is not None:
+                spare.close()
             launch_id, rank = self.children.pop(pid, (None, None))
             if launch_id is not None:
                 self.reply({"op": "exit", "id": launch_id, "rank": rank, "status": status})
+
+    def fork_spare(self) -> None:
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        set_process_name("ddp-spare")  # so the child has its name from its first instant
+        try:
+            pid = os.fork()
+        except OSError:
+            pid = -1
+        if pid == 0:
+            a.close()
+            self._wait_as_spare(b)
+        set_process_name("ddp-zygote")
+        b.close()
+        if pid < 0:
+            a.close()
+            return
+        _set_group(pid)
+        self.spares[pid] = a
+
+    def _wait_as_spare(self, sock: socket.socket) -> None:
+        try:
+            self._close_inherited()
+            from .worker import arm_parent_death_signal
+
+            arm_parent_death_signal(os.getppid())
+            try:
+                msg, fds = _wire.recv(sock)
+            except (EOFError, OSError):
+                os._exit(0)
+            sock.close()
+            from .worker import run_rank
+
+            run_rank(msg["req"], msg["rank"], tuple(fds))
+        finally:
+            os._exit(70)
+
+    def _close_inherited(self) -> None:
+        # In a fresh child: drop the zygote's signal wiring before closing its fds, or a
+        # signal would be written into whatever file reuses the wake-up fd's number.
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        self.sock.close()
+        for spare in self.spares.values():
+            spare.close()
+        for fd in (self.wake_r, self.wake_w):
+            os.close(fd)
 
     def reply(self, msg) -> None:
         try:
@@ -117,17 +180,19 @@ class Zygote:
 
     def launch(self, req: dict, fds: list[int]) -> None:
         nprocs = req["nprocs"]
+        req["zygote_pid"] = os.getpid()
+        self.pool_size = min(nprocs, self.MAX_SPARES)
         pids = []
         try:
             for rank in range(nprocs):
-                mine = tuple(fds[4 * rank : 4 * rank + 4])
-                pid = os.fork()
-                if pid == 0:
-                    self._become_rank(req, rank, mine, fds)
-                try:
-                    os.setpgid(pid, pid)
-                except OSError:
-                    pass
+                # Four pipes per rank; rank 0 also gets the store's listening socket.
+                mine = tuple(fds[4 * rank : 4 * rank + 4]) + (tuple(fds[-1:]) if rank == 0 else ())
+                pid = self._use_spare(req, rank, mine)
+                if pid is None:
+                    pid = os.fork()
+                    if pid == 0:
+                        self._become_rank(req, rank, mine, fds)
+                    _set_group(pid)
                 self.children[pid] = (req["id"], rank)
                 pids.append(pid)
         except OSError as exc:
@@ -137,10 +202,22 @@ class Zygote:
             return
         self.reply({"op": "started", "id": req["id"], "pids": pids})
 
+    def _use_spare(self, req, rank, fds) -> int | None:
+        while self.spares:
+            pid, sock = self.spares.popitem()
+            try:
+                _wire.send(sock, {"req": req, "rank": rank}, fds)
+            except OSError:  # it died while waiting: reaped later, try the next one
+                continue
+            finally:
+                sock.close()
+            return pid
+        return None
+
     def _become_rank(self, req, rank, mine, all_fds) -> None:
         try:
-            self.sock.close()
-            for fd in (self.wake_r, self.wake_w, *all_fds):
+            self._close_inherited()
+            for fd in all_fds:
                 if fd not in mine:
                     os.close(fd)
             from .worker import run_rank
@@ -161,8 +238,17 @@ class Zygote:
                         pass
 
     def kill_all(self) -> None:
-        for pid in list(self.children):
+        for pid in [*self.children, *self.spares]:
             _kill_group(pid, signal.SIGKILL)
+
+
+def _set_group(pid: int) -> None:
+    # Each rank leads its own process group (set on both sides of the fork, so no race):
+    # stopping the group stops the rank's own children too, e.g. DataLoader workers.
+    try:
+        os.setpgid(pid, pid)
+    except OSError:
+        pass
 
 
 def _kill_group(pid: int, sig: int) -> None:
@@ -187,21 +273,25 @@ def main() -> None:
             importlib.import_module(name)
         import torch
 
+        from .worker import prepare, set_process_name
+
+        prepare()
+        set_process_name("ddp-zygote")
+
         ready = {
             "op": "ready",
             "pid": os.getpid(),
             "gpus": _count_gpus(),
-            "torch": torch.__version__,
+            "torch": str(torch.__version__),  # a plain str: unpickling must not import torch
             "cuda_built": torch.backends.cuda.is_built(),
         }
     except BaseException as exc:  # tell the kernel why, instead of dying silently
         _wire.send(sock, {"op": "broken", "error": f"{type(exc).__name__}: {exc}"})
         return
-    _wire.send(sock, ready)
     # Everything imported so far lives as long as the zygote: keep the collector off it, so
     # that a rank's collections do not walk (and copy-on-write touch) all of torch.
-    gc.collect()
     gc.freeze()
+    _wire.send(sock, ready)
     Zygote(sock).serve()
 
 

@@ -404,12 +404,6 @@ class _RankState:
         return not self.ctl_open or now - self.exited_at > 0.5
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _cpu_count() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -462,6 +456,11 @@ class _Run:
         self.ranks = [_RankState(r) for r in range(nprocs)]
         self.id = f"{os.getpid()}-{time.monotonic_ns()}"
         env, threads = _rank_env(nprocs, backend)
+        # The rendezvous socket: bound to loopback and listening before any rank starts,
+        # held until the run ends (rank 0 serves the store on it), so no port race.
+        self.store_socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.store_socket.bind(("127.0.0.1", 0))
+        self.store_socket.listen(128)
         self.req = {
             "op": "launch",
             "id": self.id,
@@ -475,7 +474,7 @@ class _Run:
             "sys_path": list(sys.path),
             "sources": _cell_sources(),
             "master_addr": "127.0.0.1",
-            "master_port": _free_port(),
+            "master_port": self.store_socket.getsockname()[1],
             **(extra or {}),
         }
         self.fds: dict[int, tuple[int, str]] = {}
@@ -502,6 +501,7 @@ class _Run:
                     self.fds[r] = (state.rank, kind)
                     self.sel.register(r, selectors.EVENT_READ)
                     child_ends.append(w)
+            child_ends.append(self.store_socket.detach())
             _wire.send(self.zygote.sock, self.req, child_ends)
         except BaseException:
             self._close_fds()

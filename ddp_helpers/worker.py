@@ -19,17 +19,27 @@ from ._wire import write_message
 INTERNAL_FILES = ("ddp_helpers/worker.py", "ddp_helpers/_zygote.py")
 
 
-def _set_parent_death_signal() -> None:
-    # Linux only: the kernel kills this rank if the zygote dies, so no rank outlives it.
-    if not sys.platform.startswith("linux"):
-        return
-    try:
+_libc = None
+
+
+def prepare() -> None:
+    """Load what every rank needs once, in the zygote, before any fork."""
+    global _libc
+    if sys.platform.startswith("linux") and _libc is None:
         import ctypes
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+        try:
+            _libc = ctypes.CDLL(None, use_errno=True)
+        except OSError:
+            _libc = None
+
+
+def arm_parent_death_signal(parent_pid: int) -> None:
+    """Have the OS kill this process when the zygote dies (Linux), so no rank outlives it."""
+    if _libc is not None:
+        _libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent_pid:  # the zygote died before the signal was armed
+        os._exit(70)
 
 
 def _user_traceback(exc: BaseException) -> str:
@@ -58,9 +68,16 @@ def _error_message(exc: BaseException) -> dict:
     }
 
 
-def _setup_process(req: dict, rank: int, fds: tuple[int, int, int, int]) -> tuple:
-    out_fd, err_fd, ctl_fd, stk_fd = fds
-    _set_parent_death_signal()
+def set_process_name(name: str) -> None:
+    """Name this process (as `ps` and `top` show it): ddp-rank-0, ddp-spare."""
+    if _libc is not None:
+        _libc.prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
+
+
+def _setup_process(req: dict, rank: int, fds: tuple[int, ...]) -> tuple:
+    out_fd, err_fd, ctl_fd, stk_fd, *store_fd = fds
+    arm_parent_death_signal(req["zygote_pid"])
+    set_process_name(f"ddp-rank-{rank}")
     try:
         os.setpgid(0, 0)  # own group, so the launcher can stop this rank's own children too
     except OSError:
@@ -122,19 +139,68 @@ def _setup_process(req: dict, rank: int, fds: tuple[int, int, int, int]) -> tupl
     for name, lines in req["sources"].items():
         linecache.cache[name] = (sum(map(len, lines)), None, lines, name)
 
+    _own_the_rendezvous(store_fd[0] if store_fd else None, req["master_port"], req["nprocs"])
+
     main = types.ModuleType("__main__")
     main.__dict__["__builtins__"] = __builtins__
     sys.modules["__main__"] = main
     return ctl_fd, stack_file, main
 
 
-def run_rank(req: dict, rank: int, fds: tuple[int, int, int, int]) -> None:
+_LOOPBACK = {"localhost", "127.0.0.1", "::1", "0.0.0.0", ""}
+
+
+def _own_the_rendezvous(listen_fd: int | None, port: int, world_size: int) -> None:
+    """Point every single-machine rendezvous at the launcher's own loopback socket.
+
+    The launcher bound 127.0.0.1:port and listens on it before any rank starts, so the
+    ranks never race to bind, never collide with another notebook (even when the lesson
+    sets MASTER_PORT=12355 itself) and the store is never reachable from the network.
+    Rank 0 serves the store on that socket; a MASTER_ADDR that is not loopback (a real
+    multi-node run) is left alone.
+    """
+    import importlib
+
+    from torch.distributed import TCPStore
+
+    # (`import torch.distributed.rendezvous as m` gives the function of that name.)
+    rendezvous = importlib.import_module("torch.distributed.rendezvous")
+
+    original = rendezvous._create_c10d_store
+
+    def create_store(hostname, port_, rank, world_size_, timeout, use_libuv=True):
+        if hostname not in _LOOPBACK or world_size_ != world_size:
+            return original(hostname, port_, rank, world_size_, timeout, use_libuv)
+        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+        if rank == 0 and listen_fd is not None:
+            return TCPStore(
+                "127.0.0.1",
+                port,
+                world_size,
+                is_master=True,
+                timeout=timeout,
+                wait_for_workers=False,
+                multi_tenant=True,
+                use_libuv=use_libuv,
+                master_listen_fd=os.dup(listen_fd),  # the store closes what it is given
+            )
+        return TCPStore(
+            "127.0.0.1", port, world_size, is_master=False, timeout=timeout, use_libuv=use_libuv
+        )
+
+    rendezvous._create_c10d_store = create_store
+
+
+def run_rank(req: dict, rank: int, fds: tuple[int, ...]) -> None:
     """Run one rank to completion in this (forked) process, then exit; never returns."""
     code = 70
     try:
         ctl_fd, stack_file, main = _setup_process(req, rank, fds)
-    except BaseException:
-        os._exit(code)
+    except BaseException as exc:  # the launcher's own fault: still say what happened
+        try:
+            write_message(fds[2], _error_message(exc))
+        finally:
+            os._exit(code)
     try:
         code = _run_user_code(req, rank, ctl_fd, main)
     finally:
