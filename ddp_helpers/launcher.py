@@ -111,6 +111,7 @@ class DistributedError(RuntimeError):
         signal_name: str | None = None,
         stacks: dict | None = None,
         original: BaseException | None = None,
+        returned_ranks: list[int] | None = None,
     ):
         super().__init__(message)
         self.kind = kind  # "exception", "exit", "signal", "timeout" or "launcher"
@@ -122,6 +123,9 @@ class DistributedError(RuntimeError):
         self.signal_name = signal_name
         self.stacks = stacks or {}
         self.original = original
+        # Ranks that had returned when the failure happened: with a peer's "connection
+        # reset", the sign of a collective that only some ranks called.
+        self.returned_ranks = returned_ranks or []
 
 
 class Results(tuple):
@@ -746,6 +750,7 @@ class _Run:
                 exc_message=err["message"],
                 traceback=tb,
                 original=original,
+                returned_ranks=returned,
             )
         code = first.exitcode
         msg = _summary(first)

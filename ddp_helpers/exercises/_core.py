@@ -1,0 +1,218 @@
+"""Exercise objects: check(answer), hint(), solution(), and a lesson's progress()."""
+
+from __future__ import annotations
+
+import inspect
+import textwrap
+import traceback
+from dataclasses import dataclass
+
+# Learner-facing text of this module, in one place so that it can be translated.
+MESSAGES = {
+    "correct": "✅ Exercise {id}: correct. {detail}",
+    "not_attempted": (
+        "⏳ Exercise {id}: not attempted yet. Replace `raise NotImplementedError(...)` with "
+        "your code, run that cell, then run this check again."
+    ),
+    "wrong": "❌ Exercise {id}: not yet. {detail}",
+    "error": "💥 Exercise {id}: your code raised an error.\n{detail}",
+    "hint_header": "💡 Hint {n} of {total} for exercise {id}: {text}",
+    "no_more_hints": "(That was the last hint; `.solution()` shows the reference answer.)",
+    "solution_header": "Reference solution for exercise {id}:",
+    "progress_header": "Lesson {lesson}: {passed} of {total} exercises pass",
+    "hang": (
+        "The check did not finish within {timeout:g} s: a rank waited in a collective "
+        "(barrier, all_reduce, broadcast) that another rank never called."
+    ),
+    "mismatch": (
+        "The ranks did not make the same collective calls (barrier, all_reduce, broadcast) "
+        "in the same order: {what}."
+    ),
+    "mismatch_abort": "a rank aborted inside a collective ({signal})",
+    "mismatch_returned": "rank {returned} had already returned while rank {rank} waited in one",
+    "progress_missing": "not defined in this notebook yet",
+    "status_names": {
+        "correct": "correct",
+        "not_attempted": "not attempted",
+        "wrong": "wrong",
+        "error": "error",
+        "missing": "missing",
+    },
+}
+
+
+class Wrong(Exception):
+    """Raised by a checker: the answer runs but is wrong; the message says how."""
+
+    def __init__(self, message: str, hint: int | None = None):
+        super().__init__(message)
+        self.hint = hint  # index of the hint that names this mistake
+
+
+@dataclass
+class Result:
+    """The outcome of one check: status is correct, not_attempted, wrong or error."""
+
+    exercise: str
+    status: str
+    message: str
+    hint: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "correct"
+
+    def __str__(self) -> str:
+        return self.message if self.hint is None else f"{self.message}\n💡 {self.hint}"
+
+
+def _short_traceback(exc: BaseException, limit: int = 4) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    # Keep the learner's frames and the last ones; the checker's own are noise.
+    own = [f for f in frames if "ddp_helpers/exercises" not in f.filename]
+    shown = (own or frames)[-limit:]
+    lines = traceback.format_list(shown)
+    return "".join(lines) + "".join(traceback.format_exception_only(type(exc), exc))
+
+
+def _is_stub(exc: BaseException) -> bool:
+    # The stub the build writes, raised by the learner's function (or inside a rank).
+    if isinstance(exc, NotImplementedError):
+        return True
+    return type(exc).__name__ == "DistributedError" and getattr(exc, "exc_type", None) == (
+        "NotImplementedError"
+    )
+
+
+class Exercise:
+    """One exercise of a lesson: `check(answer)`, `hint()`, `solution()`."""
+
+    def __init__(self, id: str, name: str, checker, hints: list[str], solution, points: int = 1):
+        self.id = id  # "1.2": lesson 1, exercise 2, as the stub's message says
+        self.name = name  # what the learner defines in the notebook
+        self._checker = checker
+        self.hints = hints
+        self._solution = solution
+        self.points = points
+        self._next_hint = 0
+        self.last: Result | None = None
+
+    def evaluate(self, answer) -> Result:
+        """Run the checker on an answer and return the Result, printing nothing."""
+        try:
+            detail = self._checker(answer) or ""
+        except Wrong as exc:
+            hint = self.hints[exc.hint] if exc.hint is not None else None
+            result = Result(
+                self.id, "wrong", MESSAGES["wrong"].format(id=self.id, detail=exc), hint
+            )
+        except BaseException as exc:  # noqa: BLE001 - a learner's error is a result
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            if _is_stub(exc):
+                result = Result(
+                    self.id, "not_attempted", MESSAGES["not_attempted"].format(id=self.id)
+                )
+            else:
+                text = (
+                    str(exc)
+                    if type(exc).__name__ == "DistributedError"
+                    else (_short_traceback(exc))
+                )
+                result = Result(self.id, "error", MESSAGES["error"].format(id=self.id, detail=text))
+        else:
+            result = Result(
+                self.id, "correct", MESSAGES["correct"].format(id=self.id, detail=detail)
+            )
+        self.last = result
+        return result
+
+    def check(self, answer) -> None:
+        """Check an answer and say what is right or wrong with it."""
+        print(self.evaluate(answer))
+
+    def hint(self) -> None:
+        """Show the next hint."""
+        n = min(self._next_hint, len(self.hints) - 1)
+        print(
+            MESSAGES["hint_header"].format(
+                n=n + 1, total=len(self.hints), id=self.id, text=self.hints[n]
+            )
+        )
+        if n == len(self.hints) - 1:
+            print(MESSAGES["no_more_hints"])
+        self._next_hint = n + 1
+
+    def solution(self) -> None:
+        """Show the reference answer."""
+        print(MESSAGES["solution_header"].format(id=self.id))
+        print(self.solution_source())
+
+    def solution_source(self) -> str:
+        if callable(self._solution):
+            return textwrap.dedent(inspect.getsource(self._solution))
+        return repr(self._solution)
+
+    @property
+    def reference(self):
+        """The reference answer itself (the grader and the tests use it)."""
+        return self._solution
+
+    def __repr__(self) -> str:
+        return f"<exercise {self.id}: {self.name}>"
+
+
+def run_on_ranks(harness, *args, nprocs: int = 2, timeout: float = 30, hang_hint=None):
+    """Run a checker's harness on N CPU ranks; a hang becomes a Wrong that names it."""
+    from ..launcher import DistributedError, launch
+
+    try:
+        return launch(harness, *args, nprocs=nprocs, backend="gloo", timeout=timeout, ordered=True)
+    except DistributedError as exc:
+        if exc.kind == "timeout":
+            raise Wrong(MESSAGES["hang"].format(timeout=timeout), hint=hang_hint) from None
+        if exc.kind == "signal" and exc.signal_name == "SIGABRT" and "distributed_c10d" in str(exc):
+            what = MESSAGES["mismatch_abort"].format(signal=exc.signal_name)
+            raise Wrong(MESSAGES["mismatch"].format(what=what), hint=hang_hint) from None
+        if exc.kind == "exception" and exc.returned_ranks and "by peer" in (exc.exc_message or ""):
+            what = MESSAGES["mismatch_returned"].format(
+                returned=", ".join(map(str, exc.returned_ranks)), rank=exc.rank
+            )
+            raise Wrong(MESSAGES["mismatch"].format(what=what), hint=hang_hint) from None
+        raise
+
+
+def evaluate_all(exercises: list[Exercise], namespace: dict) -> list[Result]:
+    """Each exercise checked against the object of its name in a namespace (or missing)."""
+    results = []
+    for ex in exercises:
+        if ex.name in namespace:
+            results.append(ex.evaluate(namespace[ex.name]))
+        else:
+            results.append(Result(ex.id, "missing", MESSAGES["progress_missing"]))
+    return results
+
+
+def progress(exercises: list[Exercise], lesson: str, namespace: dict | None = None) -> None:
+    """Check every exercise of a lesson against what the notebook defines; print a table."""
+    if namespace is None:
+        namespace = _notebook_namespace()
+    results = evaluate_all(exercises, namespace)
+    passed = sum(r.passed for r in results)
+    print(MESSAGES["progress_header"].format(lesson=lesson, passed=passed, total=len(results)))
+    for ex, r in zip(exercises, results, strict=True):
+        print(f"  {ex.id}  {ex.name:<24} {MESSAGES['status_names'][r.status]}")
+
+
+def _notebook_namespace() -> dict:
+    try:
+        from IPython import get_ipython
+
+        ip = get_ipython()
+    except ImportError:
+        ip = None
+    if ip is not None:
+        return ip.user_ns
+    import __main__
+
+    return vars(__main__)

@@ -1,0 +1,142 @@
+"""Exercises of lesson 01, rank and world size: `from ddp_helpers.exercises import lesson01 as ex`."""
+
+from __future__ import annotations
+
+import math
+
+from ._core import Exercise, Wrong
+from ._core import progress as _progress
+
+MESSAGES = {
+    "shard_hints": [
+        "DistributedSampler deals items out like cards: rank r gets items r, r + W, "
+        "r + 2W, ... where W is the world size. It does not cut the data into blocks.",
+        "Every rank must get the same number of items, ceil(n / W), or the ranks would run "
+        "different numbers of steps and wait for each other forever. The sampler pads the "
+        "list by repeating items from the start: 10 items on 3 ranks become 12.",
+        "Build the padded list [i % n for i in range(total)] with total = ceil(n / W) * W, "
+        "then take every W-th item starting at the rank: padded[rank::world_size].",
+    ],
+    "shard_type": "shard({n}, {rank}, {w}) returned {got!r}; return a list of indices.",
+    "shard_blocks": (
+        "shard({n}, {rank}, {w}) returned {got}, a block of consecutive items. "
+        "DistributedSampler gives {want}."
+    ),
+    "shard_length": (
+        "shard({n}, {rank}, {w}) returned {count} items but every rank must get "
+        "ceil({n} / {w}) = {size}: {want}."
+    ),
+    "shard_other": "shard({n}, {rank}, {w}) returned {got} but DistributedSampler gives {want}.",
+    "shard_ok": "It matches DistributedSampler for {cases} cases (n up to 17, 1-5 ranks).",
+    "reduce_hints": [
+        "all_reduce combines the tensors of all ranks (here: sums them) and writes the "
+        "result back into the tensor on every rank, in place.",
+        "On 3 ranks the tensors hold 1, 2 and 3.",
+    ],
+    "reduce_shape": "Give one value per rank: a list of 3 numbers (what ranks 0, 1, 2 hold).",
+    "reduce_local": (
+        "{got} is what each rank held before the call. all_reduce leaves the combined "
+        "result on every rank."
+    ),
+    "reduce_other": "{got} is not it: each rank ends with the sum of 1 + 2 + 3.",
+    "reduce_ok": "Every rank holds 1 + 2 + 3 = 6 after the all_reduce.",
+    "gather_hints": [
+        "all_gather collects one tensor from every rank and gives every rank the whole "
+        "collection, in rank order.",
+        "Each of the 3 ranks ends with the same list of 3 values.",
+    ],
+    "gather_shape": ("Give what each rank holds afterwards: a list of 3 lists, one per rank."),
+    "gather_one": (
+        "{got} is what one rank ends with, but every rank gets it: give a list with "
+        "one such list per rank."
+    ),
+    "gather_other": "{got} is not it: every rank receives the ranks 0, 1, 2 in order.",
+    "gather_ok": "Every rank ends with [0, 1, 2].",
+}
+
+
+def _reference_shard(n: int, rank: int, world_size: int) -> list[int]:
+    from torch.utils.data.distributed import DistributedSampler
+
+    sampler = DistributedSampler(range(n), num_replicas=world_size, rank=rank, shuffle=False)
+    return list(sampler)
+
+
+def shard(n, rank, world_size):
+    total = math.ceil(n / world_size) * world_size
+    padded = [i % n for i in range(total)]  # repeat items from the start to pad
+    return padded[rank::world_size]
+
+
+def _check_shard(fn) -> str:
+    cases = 0
+    # The lesson's own example first: its message is the one a learner can picture.
+    grid = [(10, 3), (7, 2)] + [(n, w) for w in range(1, 6) for n in (1, 2, 3, 5, 12, 16, 17)]
+    for n, w in grid:
+        for rank in range(w):
+            want = _reference_shard(n, rank, w)
+            got = fn(n, rank, w)
+            if not isinstance(got, (list, tuple, range)):
+                raise Wrong(MESSAGES["shard_type"].format(n=n, rank=rank, w=w, got=got))
+            got = [int(i) for i in got]
+            cases += 1
+            if got == want:
+                continue
+            size = math.ceil(n / w)
+            args = dict(n=n, rank=rank, w=w, got=got, want=want, count=len(got), size=size)
+            if len(got) > 1 and got == list(range(got[0], got[0] + len(got))):
+                raise Wrong(MESSAGES["shard_blocks"].format(**args), hint=0)
+            if len(got) != size:
+                raise Wrong(MESSAGES["shard_length"].format(**args), hint=1)
+            raise Wrong(MESSAGES["shard_other"].format(**args), hint=2)
+    return MESSAGES["shard_ok"].format(cases=cases)
+
+
+def predict_all_reduce():
+    return [6, 6, 6]
+
+
+def _check_reduce(fn) -> str:
+    got = fn()
+    if not isinstance(got, (list, tuple)) or len(got) != 3:
+        raise Wrong(MESSAGES["reduce_shape"], hint=0)
+    values = [float(v) for v in got]
+    if values == [6.0, 6.0, 6.0]:
+        return MESSAGES["reduce_ok"]
+    if values == [1.0, 2.0, 3.0]:
+        raise Wrong(MESSAGES["reduce_local"].format(got=list(got)), hint=0)
+    raise Wrong(MESSAGES["reduce_other"].format(got=list(got)), hint=1)
+
+
+def predict_all_gather():
+    return [[0, 1, 2], [0, 1, 2], [0, 1, 2]]
+
+
+def _check_gather(fn) -> str:
+    got = fn()
+    if isinstance(got, (list, tuple)) and [*got] in ([0, 1, 2], [0.0, 1.0, 2.0]):
+        raise Wrong(MESSAGES["gather_one"].format(got=list(got)), hint=1)
+    if not isinstance(got, (list, tuple)) or len(got) != 3:
+        raise Wrong(MESSAGES["gather_shape"], hint=1)
+    try:
+        values = [[float(v) for v in row] for row in got]
+    except TypeError:
+        raise Wrong(MESSAGES["gather_shape"], hint=1) from None
+    if values == [[0.0, 1.0, 2.0]] * 3:
+        return MESSAGES["gather_ok"]
+    raise Wrong(MESSAGES["gather_other"].format(got=list(got)), hint=0)
+
+
+q1 = Exercise("1.1", "shard", _check_shard, MESSAGES["shard_hints"], shard)
+q2 = Exercise(
+    "1.2", "predict_all_reduce", _check_reduce, MESSAGES["reduce_hints"], predict_all_reduce
+)
+q3 = Exercise(
+    "1.3", "predict_all_gather", _check_gather, MESSAGES["gather_hints"], predict_all_gather
+)
+EXERCISES = [q1, q2, q3]
+
+
+def progress() -> None:
+    """Which exercises of lesson 01 pass, checked against this notebook's definitions."""
+    _progress(EXERCISES, "01")

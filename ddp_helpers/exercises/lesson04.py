@@ -1,0 +1,421 @@
+"""Exercises of lesson 04, sampler and checkpoint: `from ddp_helpers.exercises import lesson04 as ex`."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+from ._core import Exercise, Wrong, run_on_ranks
+from ._core import progress as _progress
+
+MESSAGES = {
+    "indices_hints": [
+        "Without shuffling, DistributedSampler deals the items out in turn: rank r gets "
+        "r, r + 3, r + 6, ...",
+        "Without drop_last, 10 items on 3 ranks are padded to 12 by repeating items 0 and 1, "
+        "so every rank gets 4. With drop_last=True the list is cut to 9 instead: 3 each.",
+    ],
+    "indices_shape": (
+        "sampler_indices({drop}) should return a dict {{rank: list of indices}} for ranks "
+        "0, 1, 2; it returned {got!r}."
+    ),
+    "indices_wrong": (
+        "With drop_last={drop}, rank {rank} gets {want}, not {got}. You can ask the real "
+        "DistributedSampler in a cell to see why."
+    ),
+    "indices_ok": "Padding repeats items 0 and 1; drop_last cuts the tail instead.",
+    "epoch_hints": [
+        "A DistributedSampler shuffles with a seed it takes from its epoch number. Unless "
+        "you tell it the epoch, every epoch gets the same order.",
+        "Call sampler.set_epoch(epoch) at the start of every epoch, before you iterate "
+        "over the DataLoader.",
+        "Pass the loop's epoch number (0, 1, 2, ...), not a constant.",
+    ],
+    "epoch_same": (
+        "Every epoch went through the data in the same order on rank {rank}: "
+        "set_epoch was called with {calls}."
+    ),
+    "epoch_calls": "set_epoch was called with {calls}; for {epochs} epochs it should be {want}.",
+    "epoch_passes": "Rank {rank} went through its data {passes} times for {epochs} epochs.",
+    "epoch_cover": "In epoch {epoch} the ranks together did not cover the data set.",
+    "epoch_ok": "set_epoch(0..{last}) on every rank; orders change per epoch; data covered.",
+    "save_hints": [
+        "Only rank 0 writes: the copies are identical, and several processes writing one "
+        "file at the same time can corrupt it.",
+        "Save model.module.state_dict(): DDP's own state_dict() prefixes every key with "
+        "`module.`, and a plain model will not load it.",
+        "After rank 0 saves, call dist.barrier() on every rank (outside the `if`), so no "
+        "rank reads the file before it is complete. A barrier inside `if rank == 0:` hangs.",
+        "Save a dict: {'model': ..., 'optimizer': optimizer.state_dict(), 'epoch': epoch}.",
+    ],
+    "save_count": "torch.save was called {count} times in total (by ranks {ranks}); once is enough.",
+    "save_not_zero": "The file was written by rank {ranks}; by convention rank 0 saves.",
+    "save_none": "Nothing was saved (torch.save was never called).",
+    "save_keys": "The checkpoint should be a dict with 'model', 'optimizer' and 'epoch'; got {keys}.",
+    "save_prefix": (
+        "The saved model keys start with `module.` ({key!r}): save model.module.state_dict()."
+    ),
+    "save_strict": "A plain model could not load the saved weights: {error}",
+    "save_barrier": (
+        "Rank 1 went on before rank 0 had finished writing the file: every rank must wait "
+        "at dist.barrier() after the save."
+    ),
+    "save_content": "The saved {what} does not match the model's own.",
+    "save_ok": "Saved once, by rank 0, without `module.`, with optimizer and epoch; then a barrier.",
+    "load_hints": [
+        "torch.load(path, map_location=device): without map_location, tensors go back to "
+        "the device they were saved from (cuda:0 for every rank).",
+        "Load the weights into model.module (the plain model inside DDP), with "
+        "strict=True, and the optimizer with optimizer.load_state_dict(...).",
+        "Return the epoch to start from: the saved epoch + 1.",
+    ],
+    "load_map": "torch.load was called without map_location on rank {rank}.",
+    "load_weights": "After loading, the weights on rank {rank} differ from the checkpoint's.",
+    "load_optimizer": "After loading, the optimizer state on rank {rank} is not the saved one.",
+    "load_epoch": "It returned {got!r}; the checkpoint is of epoch {saved}, so resume at {want}.",
+    "load_ok": "Loaded with map_location on every rank; weights, optimizer and epoch restored.",
+    "quiz_hints": [
+        "Reread the cells that showed each of these: the equal weights after DDP(...), the "
+        "hook that all-reduces during backward(), the set_epoch picture, the rank-0 save.",
+    ],
+    "quiz_shape": "Return a dict with the answers to questions 1-{n}, each 'a', 'b' or 'c'.",
+    "quiz_wrong": "Question {q} is not right yet: {why}",
+    "quiz_ok": "All {n} answers right.",
+    "quiz_why": {
+        1: "what happens to rank 1's weights when DDP(model) is built?",
+        2: "when do the gradients get averaged: in backward(), step() or zero_grad()?",
+        3: "what does set_epoch change: the seed of the shuffle.",
+        4: "the copies are identical after every step, so one writer is enough.",
+    },
+}
+
+# Question number -> the right letter (the questions are in lesson 04's notebook).
+QUIZ = {1: "b", 2: "a", 3: "c", 4: "a"}
+
+
+def sampler_indices(drop_last):
+    if drop_last:
+        return {0: [0, 3, 6], 1: [1, 4, 7], 2: [2, 5, 8]}
+    return {0: [0, 3, 6, 9], 1: [1, 4, 7, 0], 2: [2, 5, 8, 1]}
+
+
+def _true_indices(drop_last: bool) -> dict:
+    from torch.utils.data.distributed import DistributedSampler
+
+    return {
+        r: list(
+            DistributedSampler(
+                range(10), num_replicas=3, rank=r, shuffle=False, drop_last=drop_last
+            )
+        )
+        for r in range(3)
+    }
+
+
+def _check_indices(fn) -> str:
+    for drop in (False, True):
+        got = fn(drop)
+        want = _true_indices(drop)
+        if not isinstance(got, dict) or sorted(got) != [0, 1, 2]:
+            raise Wrong(MESSAGES["indices_shape"].format(drop=drop, got=got), hint=0)
+        for rank in range(3):
+            if [int(i) for i in got[rank]] != want[rank]:
+                raise Wrong(
+                    MESSAGES["indices_wrong"].format(
+                        drop=drop, rank=rank, want=want[rank], got=got[rank]
+                    ),
+                    hint=1 if len(got[rank]) != len(want[rank]) else 0,
+                )
+    return MESSAGES["indices_ok"]
+
+
+def train_epochs(model, loader, sampler, optimizer, epochs):
+    import torch
+
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)  # a new shuffle every epoch, the same on every rank
+        for x, y in loader:
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+
+
+EPOCHS, ITEMS = 3, 24
+
+
+def _train_epochs_harness(train_epochs):
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, TensorDataset
+    from torch.utils.data.distributed import DistributedSampler
+
+    class SpySampler(DistributedSampler):
+        """A DistributedSampler that remembers set_epoch calls and each pass's order."""
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.calls, self.orders = [], []
+
+        def set_epoch(self, epoch):
+            self.calls.append(epoch)
+            super().set_epoch(epoch)
+
+        def __iter__(self):
+            order = list(super().__iter__())
+            self.orders.append(order)
+            return iter(order)
+
+    dist.init_process_group("gloo")
+    try:
+        torch.manual_seed(0)
+        data = TensorDataset(torch.randn(ITEMS, 8), torch.randn(ITEMS, 1))
+        sampler = SpySampler(data, shuffle=True, seed=0)
+        loader = DataLoader(data, batch_size=4, sampler=sampler)
+        model = DDP(torch.nn.Linear(8, 1))
+        train_epochs(model, loader, sampler, torch.optim.SGD(model.parameters(), lr=0.01), EPOCHS)
+        return {"calls": sampler.calls, "orders": sampler.orders}
+    finally:
+        dist.destroy_process_group()
+
+
+def _check_train_epochs(fn) -> str:
+    results = run_on_ranks(_train_epochs_harness, fn, nprocs=2, hang_hint=0)
+    want = list(range(EPOCHS))
+    for rank, r in enumerate(results):
+        if len(r["orders"]) != EPOCHS:
+            raise Wrong(
+                MESSAGES["epoch_passes"].format(rank=rank, passes=len(r["orders"]), epochs=EPOCHS),
+                hint=1,
+            )
+        if len({tuple(o) for o in r["orders"]}) == 1:
+            raise Wrong(
+                MESSAGES["epoch_same"].format(rank=rank, calls=r["calls"]),
+                hint=0 if not r["calls"] else 2,
+            )
+        if r["calls"] != want:
+            raise Wrong(
+                MESSAGES["epoch_calls"].format(calls=r["calls"], epochs=EPOCHS, want=want), hint=2
+            )
+    for epoch in range(EPOCHS):
+        seen = {i for r in results for i in r["orders"][epoch]}
+        if seen != set(range(ITEMS)):
+            raise Wrong(MESSAGES["epoch_cover"].format(epoch=epoch), hint=1)
+    return MESSAGES["epoch_ok"].format(last=EPOCHS - 1)
+
+
+def save_checkpoint(model, optimizer, epoch, path):
+    import torch
+    import torch.distributed as dist
+
+    if dist.get_rank() == 0:
+        torch.save(
+            {
+                "model": model.module.state_dict(),  # no `module.` prefix
+                "optimizer": optimizer.state_dict(),
+                "epoch": epoch,
+            },
+            path,
+        )
+    dist.barrier()  # nobody reads the file before rank 0 has finished writing it
+
+
+def load_checkpoint(model, optimizer, path):
+    import torch
+
+    device = next(model.parameters()).device
+    checkpoint = torch.load(path, map_location=device)  # onto this rank's own device
+    model.module.load_state_dict(checkpoint["model"], strict=True)
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    return checkpoint["epoch"] + 1
+
+
+def _make_net(seed: int = 0):
+    import torch
+
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
+
+
+def _trained_ddp():
+    """A DDP model one SGD-with-momentum step in, so the optimizer has state to save."""
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    model = DDP(_make_net())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    torch.nn.functional.mse_loss(model(torch.randn(8, 4)), torch.randn(8, 1)).backward()
+    opt.step()
+    return model, opt
+
+
+def _save_harness(save_checkpoint, folder):
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    try:
+        rank = dist.get_rank()
+        model, opt = _trained_ddp()
+        path = os.path.join(folder, "ckpt.pt")
+        real_save, saves = torch.save, []
+
+        def spy_save(obj, f, *args, **kwargs):
+            saves.append(rank)
+            time.sleep(0.5)  # a slow disk: a rank that does not wait will notice
+            return real_save(obj, f, *args, **kwargs)
+
+        torch.save = spy_save
+        try:
+            save_checkpoint(model, opt, 7, path)
+        finally:
+            torch.save = real_save
+        info = {"saves": saves, "exists_after": os.path.exists(path)}
+        dist.barrier()
+        if rank == 0 and os.path.exists(path):
+            ckpt = torch.load(path, map_location="cpu", weights_only=False)
+            info["keys"] = sorted(ckpt) if isinstance(ckpt, dict) else type(ckpt).__name__
+            if isinstance(ckpt, dict) and {"model", "optimizer", "epoch"} <= set(ckpt):
+                info["first_key"] = next(iter(ckpt["model"]), "")
+                bare = _make_net()
+                try:
+                    bare.load_state_dict(ckpt["model"], strict=True)
+                    info["strict_error"] = None
+                except RuntimeError as exc:
+                    info["strict_error"] = str(exc).splitlines()[0]
+                info["same_model"] = all(
+                    torch.equal(a, b)
+                    for a, b in zip(
+                        ckpt["model"].values(), model.module.state_dict().values(), strict=False
+                    )
+                )
+                info["same_opt"] = ckpt["optimizer"]["state"].keys() == (
+                    opt.state_dict()["state"].keys()
+                )
+                info["epoch"] = ckpt["epoch"]
+        return info
+    finally:
+        dist.destroy_process_group()
+
+
+def _with_folder(run):
+    folder = tempfile.mkdtemp(prefix="ddp-ckpt-check-")
+    try:
+        return run(folder)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _check_save(fn) -> str:
+    results = _with_folder(lambda d: run_on_ranks(_save_harness, fn, d, nprocs=2, hang_hint=2))
+    savers = [r for res in results for r in res["saves"]]
+    if not savers:
+        raise Wrong(MESSAGES["save_none"], hint=0)
+    if len(savers) > 1:
+        raise Wrong(MESSAGES["save_count"].format(count=len(savers), ranks=savers), hint=0)
+    if savers != [0]:
+        raise Wrong(MESSAGES["save_not_zero"].format(ranks=savers[0]), hint=0)
+    if not results[1]["exists_after"]:
+        raise Wrong(MESSAGES["save_barrier"], hint=2)
+    info = results[0]
+    if not isinstance(info.get("keys"), list) or not {"model", "optimizer", "epoch"} <= set(
+        info["keys"]
+    ):
+        raise Wrong(MESSAGES["save_keys"].format(keys=info.get("keys")), hint=3)
+    if str(info["first_key"]).startswith("module."):
+        raise Wrong(MESSAGES["save_prefix"].format(key=info["first_key"]), hint=1)
+    if info["strict_error"]:
+        raise Wrong(MESSAGES["save_strict"].format(error=info["strict_error"]), hint=1)
+    if not info["same_model"] or not info["same_opt"] or info["epoch"] != 7:
+        raise Wrong(MESSAGES["save_content"].format(what="checkpoint"), hint=3)
+    return MESSAGES["save_ok"]
+
+
+def _load_harness(load_checkpoint, folder):
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo")
+    try:
+        rank = dist.get_rank()
+        model, opt = _trained_ddp()
+        path = os.path.join(folder, "ckpt.pt")
+        if rank == 0:
+            save_checkpoint(model, opt, 4, path)  # the reference save, with its barrier
+        else:
+            dist.barrier()
+        saved = {k: v.clone() for k, v in model.module.state_dict().items()}
+        momentum = [opt.state[p]["momentum_buffer"].clone() for p in model.parameters()]
+        # A fresh model and optimizer, as after a restart.
+        fresh = DDP(_make_net(seed=123))
+        fresh_opt = torch.optim.SGD(fresh.parameters(), lr=0.1, momentum=0.9)
+        real_load, calls = torch.load, []
+
+        def spy_load(f, *args, **kwargs):
+            calls.append(kwargs.get("map_location", args[0] if args else None))
+            return real_load(f, *args, **kwargs)
+
+        torch.load = spy_load
+        try:
+            resume = load_checkpoint(fresh, fresh_opt, path)
+        finally:
+            torch.load = real_load
+        same_weights = all(torch.equal(saved[k], v) for k, v in fresh.module.state_dict().items())
+        same_opt = all(
+            p in fresh_opt.state and torch.equal(fresh_opt.state[p]["momentum_buffer"], m)
+            for p, m in zip(fresh.parameters(), momentum, strict=True)
+        )
+        return {
+            "map": [c is not None for c in calls],
+            "weights": same_weights,
+            "opt": same_opt,
+            "resume": resume,
+        }
+    finally:
+        dist.destroy_process_group()
+
+
+def _check_load(fn) -> str:
+    results = _with_folder(lambda d: run_on_ranks(_load_harness, fn, d, nprocs=2, hang_hint=1))
+    for rank, r in enumerate(results):
+        if not r["map"] or not all(r["map"]):
+            raise Wrong(MESSAGES["load_map"].format(rank=rank), hint=0)
+        if not r["weights"]:
+            raise Wrong(MESSAGES["load_weights"].format(rank=rank), hint=1)
+        if not r["opt"]:
+            raise Wrong(MESSAGES["load_optimizer"].format(rank=rank), hint=1)
+        if r["resume"] != 5:
+            raise Wrong(MESSAGES["load_epoch"].format(got=r["resume"], saved=4, want=5), hint=2)
+    return MESSAGES["load_ok"]
+
+
+def quiz_answers():
+    return {1: "b", 2: "a", 3: "c", 4: "a"}
+
+
+def _check_quiz(fn) -> str:
+    got = fn()
+    if not isinstance(got, dict):
+        raise Wrong(MESSAGES["quiz_shape"].format(n=len(QUIZ)), hint=0)
+    for q, right in QUIZ.items():
+        answer = str(got.get(q, got.get(str(q), ""))).strip().lower()
+        if answer != right:
+            raise Wrong(MESSAGES["quiz_wrong"].format(q=q, why=MESSAGES["quiz_why"][q]), hint=0)
+    return MESSAGES["quiz_ok"].format(n=len(QUIZ))
+
+
+q1 = Exercise("4.1", "sampler_indices", _check_indices, MESSAGES["indices_hints"], sampler_indices)
+q2 = Exercise("4.2", "train_epochs", _check_train_epochs, MESSAGES["epoch_hints"], train_epochs)
+q3 = Exercise("4.3", "save_checkpoint", _check_save, MESSAGES["save_hints"], save_checkpoint)
+q4 = Exercise("4.4", "load_checkpoint", _check_load, MESSAGES["load_hints"], load_checkpoint)
+q5 = Exercise("4.5", "quiz_answers", _check_quiz, MESSAGES["quiz_hints"], quiz_answers)
+EXERCISES = [q1, q2, q3, q4, q5]
+
+
+def progress() -> None:
+    """Which exercises of lesson 04 pass, checked against this notebook's definitions."""
+    _progress(EXERCISES, "04")
