@@ -212,7 +212,7 @@ def train_without_set_epoch(model, loader, sampler, optimizer, epochs):
 def train_with_constant_epoch(model, loader, sampler, optimizer, epochs):
     for _ in range(epochs):
         sampler.set_epoch(0)
-        for x, y in loader:
+        for x, _ in loader:
             optimizer.zero_grad()
             model(x).sum().backward()
             optimizer.step()

@@ -1,4 +1,4 @@
-"""Exercises of lesson 01, rank and world size: `from ddp_helpers.exercises import lesson01 as ex`."""
+"""Exercises of lesson 01, rank and world size (`from ddp_helpers.exercises import lesson01`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Exercises of lesson 02, the process group: `from ddp_helpers.exercises import lesson02 as ex`."""
+"""Exercises of lesson 02, the process group (`from ddp_helpers.exercises import lesson02`)."""
 
 from __future__ import annotations
 
@@ -112,7 +112,9 @@ def _average_gradients_harness(average_gradients):
         torch.nn.functional.mse_loss(ddp(x), y).backward()
         mine = torch.cat([p.grad.flatten() for p in model.parameters()])
         theirs = torch.cat([p.grad.flatten() for p in ddp.module.parameters()])
-        unchanged = all(torch.equal(a, p.grad) for a, p in zip(local, model.parameters()))
+        unchanged = all(
+            torch.equal(a, p.grad) for a, p in zip(local, model.parameters(), strict=True)
+        )
         diff = (mine - theirs).abs().max().item()
         ratio = (mine.norm() / theirs.norm()).item()
         return {"diff": diff, "ratio": ratio, "unchanged": unchanged}

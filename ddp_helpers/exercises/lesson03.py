@@ -1,4 +1,4 @@
-"""Exercises of lesson 03, wrapping the model: `from ddp_helpers.exercises import lesson03 as ex`."""
+"""Exercises of lesson 03, wrapping the model (`from ddp_helpers.exercises import lesson03`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Exercises of lesson 04, sampler and checkpoint: `from ddp_helpers.exercises import lesson04 as ex`."""
+"""Exercises of lesson 04, sampler and checkpoint (`from ddp_helpers.exercises import lesson04`)."""
 
 from __future__ import annotations
 
@@ -49,10 +49,10 @@ MESSAGES = {
         "rank reads the file before it is complete. A barrier inside `if rank == 0:` hangs.",
         "Save a dict: {'model': ..., 'optimizer': optimizer.state_dict(), 'epoch': epoch}.",
     ],
-    "save_count": "torch.save was called {count} times in total (by ranks {ranks}); once is enough.",
+    "save_count": "torch.save was called {count} times (by ranks {ranks}); once is enough.",
     "save_not_zero": "The file was written by rank {ranks}; by convention rank 0 saves.",
     "save_none": "Nothing was saved (torch.save was never called).",
-    "save_keys": "The checkpoint should be a dict with 'model', 'optimizer' and 'epoch'; got {keys}.",
+    "save_keys": "Save a dict with 'model', 'optimizer' and 'epoch'; the keys were {keys}.",
     "save_prefix": (
         "The saved model keys start with `module.` ({key!r}): save model.module.state_dict()."
     ),
@@ -62,7 +62,7 @@ MESSAGES = {
         "at dist.barrier() after the save."
     ),
     "save_content": "The saved {what} does not match the model's own.",
-    "save_ok": "Saved once, by rank 0, without `module.`, with optimizer and epoch; then a barrier.",
+    "save_ok": "Saved once, by rank 0, no `module.`, with optimizer and epoch; then a barrier.",
     "load_hints": [
         "torch.load(path, map_location=device): without map_location, tensors go back to "
         "the device they were saved from (cuda:0 for every rank).",
