@@ -18,6 +18,10 @@ import sys
 from . import _wire
 from .worker import set_process_name
 
+# Imported when the zygote is first idle, not before its first launch: DDP touches
+# torch._dynamo on construction, which costs each rank 1-2 s to import on its own.
+WARM = ("torch._dynamo", "torch.nn.parallel.distributed")
+
 # Modules the lessons use, imported once here so no rank pays for them.
 PRELOAD = (
     "torch",
@@ -63,6 +67,7 @@ class Zygote:
         # then costs no fork at all. Refilled once a launch's ranks are all gone.
         self.spares: dict[int, socket.socket] = {}
         self.pool_size = 0
+        self.warm = False
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
         os.set_blocking(self.wake_r, False)
@@ -73,14 +78,16 @@ class Zygote:
         while True:
             # Spares are forked only when nothing has happened for 10 ms: a fork costs a few
             # ms of CPU that a running launch, or one arriving right now, should not wait on.
-            want_spare = not self.children and len(self.spares) < self.pool_size
+            want_spare = not self.children and (len(self.spares) < self.pool_size or not self.warm)
             try:
                 ready, _, _ = select.select(
                     [self.sock, self.wake_r], [], [], 0.01 if want_spare else 0.5
                 )
             except InterruptedError:
                 ready = []
-            if not ready and want_spare:
+            if not ready and not self.children and not self.warm:
+                self.warm_up()
+            elif not ready and want_spare:
                 self.fork_spare()
             if self.wake_r in ready:
                 try:
@@ -111,6 +118,18 @@ class Zygote:
             launch_id, rank = self.children.pop(pid, (None, None))
             if launch_id is not None:
                 self.reply({"op": "exit", "id": launch_id, "rank": rank, "status": status})
+
+    def warm_up(self) -> None:
+        """Import, while idle, what DDP imports lazily (torch._dynamo: 1-2 s per rank)."""
+        import importlib
+
+        for name in WARM:
+            try:
+                importlib.import_module(name)
+            except Exception:  # an optional speed-up: a rank imports it itself if need be
+                pass
+        gc.freeze()
+        self.warm = True
 
     def fork_spare(self) -> None:
         a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -441,6 +441,8 @@ def _rank_env(nprocs: int, backend: str) -> tuple[dict, int]:
 class _Run:
     """One launch: start the ranks, route their output, watch them, collect the results."""
 
+    GRACE = 0.2  # seconds between the first failure and stopping the other ranks
+
     def __init__(self, kind, payload, nprocs, backend, timeout, ordered, extra=None):
         _check_options(nprocs, backend, timeout)
         self.zygote = _get_zygote()
@@ -485,6 +487,7 @@ class _Run:
         self.sel = selectors.DefaultSelector()
         self.phase = "starting"
         self.failure: _RankState | None = None
+        self.stop_at: float | None = None
         self.stop_sent_at: float | None = None
         self.killed = False
         self.dump_sent_at: float | None = None
@@ -514,8 +517,7 @@ class _Run:
             for w in child_ends:
                 os.close(w)
         self.sel.register(self.zygote.sock, selectors.EVENT_READ)
-        self.started_at = time.monotonic()
-        self.deadline = None if self.timeout is None else self.started_at + self.timeout
+        self.deadline = None  # counted from when the ranks exist (see "started")
         self.phase = "running"
 
     # -- the loop
@@ -570,6 +572,8 @@ class _Run:
         if msg["op"] == "started":
             for state, pid in zip(self.ranks, msg["pids"], strict=True):
                 state.pid = pid
+            if self.timeout is not None:
+                self.deadline = time.monotonic() + self.timeout
         elif msg["op"] == "exit":
             state = self.ranks[msg["rank"]]
             state.status = msg["status"]
@@ -614,11 +618,16 @@ class _Run:
                 state.settled(now) and not state.has_result and not self.killed
             )
             if failed:
+                # Stop the others after a moment's grace: a rank that is just returning
+                # (its peer's failure is often the sign of a collective it skipped)
+                # still gets its result out, and the error can say so.
                 self.failure = state
-                self._stop(signal.SIGTERM)
+                self.stop_at = now + self.GRACE
                 return
 
     def _check_deadlines(self, now: float) -> None:
+        if self.stop_at is not None and self.phase == "running" and now >= self.stop_at:
+            self._stop(signal.SIGTERM)
         if self.deadline is not None and now >= self.deadline and self.phase == "running":
             # Ask every live rank for its stack (faulthandler answers even inside C++).
             self.timed_out = True
@@ -705,13 +714,7 @@ class _Run:
         return DistributedError("\n\n".join(parts), kind="timeout", stacks=stacks)
 
     def _failure_error(self, failed: list[_RankState]) -> DistributedError:
-        with_error = [s for s in failed if s.error is not None]
-        if with_error:
-            first = min(with_error, key=lambda s: s.error["time"])
-        elif self.failure is not None:
-            first = self.failure
-        else:
-            first = failed[0]
+        first = min(failed, key=_blame_order)
         others = [
             MESSAGES["also_failed"].format(rank=s.rank, summary=_summary(s))
             for s in failed
@@ -770,6 +773,17 @@ class _Run:
 
     def _was_stopped(self, state: _RankState) -> bool:
         return self.stop_sent_at is not None and (state.exited_at or 0) >= self.stop_sent_at
+
+
+def _blame_order(state: _RankState) -> tuple:
+    """Sort key: the rank that caused a failure first, its victims after it.
+
+    A rank whose peer died or failed sees "Connection reset/closed by peer": it is a
+    victim. Among the rest, the earliest failure (both clocks are CLOCK_MONOTONIC).
+    """
+    if state.error is not None:
+        return ("by peer" in state.error["message"], state.error["time"])
+    return (False, state.exited_at if state.exited_at is not None else float("inf"))
 
 
 def _signal_name(signum: int) -> str:

@@ -1,0 +1,142 @@
+"""Lessons from solutions: `python -m ddp_helpers build [--check] [--execute]` (authors, CI)."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BEGIN = re.compile(r"^(\s*)# BEGIN SOLUTION\s*$")
+END = re.compile(r"^\s*# END SOLUTION\s*$")
+DROP_TAG = "solution-only"
+
+MESSAGES = {
+    "unclosed": "{nb}, cell {cell}: `# BEGIN SOLUTION` on line {line} has no `# END SOLUTION`.",
+    "stray_end": "{nb}, cell {cell}: `# END SOLUTION` on line {line} has no `# BEGIN SOLUTION`.",
+    "no_solutions": "No solution notebooks (NN_*.ipynb) found in {folder}.",
+    "stale": (
+        "lessons/{name} is out of date with solutions/{name}: run "
+        "`python -m ddp_helpers build` and commit the result."
+    ),
+    "missing": "lessons/{name} is missing: run `python -m ddp_helpers build`.",
+    "extra": "lessons/{name} has no solution notebook: delete it or add solutions/{name}.",
+    "wrote": "wrote lessons/{name} ({regions} exercises)",
+    "in_sync": "lessons/ is in sync with solutions/ ({count} notebooks)",
+    "executed": "executed solutions/{name} in {seconds:.1f} s",
+}
+
+
+class BuildError(Exception):
+    """A solution notebook that cannot be turned into a lesson; the message says where."""
+
+
+def lesson_number(path: Path) -> str:
+    return path.name.split("_", 1)[0].lstrip("0") or "0"
+
+
+def strip_solutions(
+    source: str, lesson: str, first: int, where: tuple[str, int]
+) -> tuple[str, int]:
+    """Replace each solution region with the stub; return the new source and region count."""
+    out, count, begin = [], 0, None
+    for n, line in enumerate(source.split("\n"), 1):
+        if begin is None:
+            m = BEGIN.match(line)
+            if m:
+                begin = (n, m.group(1))
+            elif END.match(line):
+                raise BuildError(MESSAGES["stray_end"].format(nb=where[0], cell=where[1], line=n))
+            else:
+                out.append(line)
+        elif END.match(line):
+            count += 1
+            out.append(
+                f'{begin[1]}raise NotImplementedError("exercise {lesson}.{first + count - 1}")'
+            )
+            begin = None
+    if begin is not None:
+        raise BuildError(MESSAGES["unclosed"].format(nb=where[0], cell=where[1], line=begin[0]))
+    return "\n".join(out), count
+
+
+def make_lesson(nb, name: str):
+    """The learner's notebook: stubs for solutions, no solution-only cells, no outputs."""
+    import copy
+
+    lesson = copy.deepcopy(nb)
+    number = lesson_number(Path(name))
+    cells, regions = [], 0
+    for index, cell in enumerate(lesson.cells, 1):
+        if DROP_TAG in cell.get("metadata", {}).get("tags", []):
+            continue
+        if cell.cell_type == "code":
+            cell.source, found = strip_solutions(cell.source, number, regions + 1, (name, index))
+            regions += found
+            cell.outputs = []
+            cell.execution_count = None
+            cell.metadata.pop("execution", None)
+        cells.append(cell)
+    lesson.cells = cells
+    return lesson, regions
+
+
+def _solutions(folder: Path) -> list[Path]:
+    found = sorted(p for p in folder.glob("[0-9][0-9]_*.ipynb"))
+    if not found:
+        raise BuildError(MESSAGES["no_solutions"].format(folder=folder))
+    return found
+
+
+def build_lessons(
+    solutions: Path = ROOT / "solutions", lessons: Path = ROOT / "lessons", check: bool = False
+) -> list[str]:
+    """Write lessons/ from solutions/, or with check=True list what is out of date."""
+    import nbformat
+
+    problems = []
+    names = set()
+    for path in _solutions(solutions):
+        names.add(path.name)
+        nb = nbformat.read(path, as_version=4)
+        lesson, regions = make_lesson(nb, path.name)
+        text = nbformat.writes(lesson) + "\n"
+        target = lessons / path.name
+        if check:
+            if not target.exists():
+                problems.append(MESSAGES["missing"].format(name=path.name))
+            elif target.read_text(encoding="utf-8") != text:
+                problems.append(MESSAGES["stale"].format(name=path.name))
+        else:
+            lessons.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+            print(MESSAGES["wrote"].format(name=path.name, regions=regions))
+    for extra in sorted(p.name for p in lessons.glob("[0-9][0-9]_*.ipynb")):
+        if extra not in names:
+            problems.append(MESSAGES["extra"].format(name=extra))
+    if check and not problems:
+        print(MESSAGES["in_sync"].format(count=len(names)))
+    return problems
+
+
+def execute_solutions(solutions: Path = ROOT / "solutions", timeout: int = 300) -> None:
+    """Run every solution notebook in a fresh kernel and store its outputs (for nbval)."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    # The stored record must not depend on which rank printed first.
+    os.environ["DDP_HELPERS_OUTPUT"] = "ordered"
+    for path in _solutions(solutions):
+        nb = nbformat.read(path, as_version=4)
+        started = time.monotonic()
+        NotebookClient(
+            nb,
+            timeout=timeout,
+            kernel_name="python3",
+            resources={"metadata": {"path": str(path.parent)}},
+        ).execute()
+        for cell in nb.cells:
+            cell.metadata.pop("execution", None)
+        nbformat.write(nb, path)
+        print(MESSAGES["executed"].format(name=path.name, seconds=time.monotonic() - started))
