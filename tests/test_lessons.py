@@ -1,0 +1,79 @@
+"""The lessons as handed out: in sync with the solutions, and they run clean, untouched."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import nbformat
+import pytest
+from conftest import ROOT
+from nbclient import NotebookClient
+
+from ddp_helpers.exercises import LESSONS
+
+LESSON_FILES = sorted((ROOT / "lessons").glob("[0-9][0-9]_*.ipynb"))
+
+
+def test_there_are_four_lessons_and_four_solutions():
+    names = [p.name for p in LESSON_FILES]
+    assert names == [
+        "01_rank_and_world_size.ipynb",
+        "02_process_group.ipynb",
+        "03_ddp_wrap.ipynb",
+        "04_sampler_and_checkpoint.ipynb",
+    ]
+    assert names == sorted(p.name for p in (ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
+
+
+def test_build_check_passes_on_the_committed_lessons():
+    out = subprocess.run(
+        [sys.executable, "-m", "ddp_helpers", "build", "--check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "in sync" in out.stdout
+
+
+@pytest.mark.parametrize("path", LESSON_FILES, ids=lambda p: p.name[:2])
+def test_each_stub_names_the_exercise_whose_function_it_is_in(path):
+    import importlib
+
+    module = importlib.import_module(LESSONS[path.name[:2]])
+    nb = nbformat.read(path, as_version=4)
+    stubs = []
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        current = None
+        for line in cell.source.splitlines():
+            m = re.match(r"def (\w+)\(", line)
+            current = m.group(1) if m else current
+            m = re.search(r'raise NotImplementedError\("exercise (\d+\.\d+)"\)', line)
+            if m:
+                stubs.append((m.group(1), current))
+    assert stubs == [(ex.id, ex.name) for ex in module.EXERCISES]
+
+
+@pytest.mark.parametrize("path", LESSON_FILES, ids=lambda p: p.name[:2])
+def test_the_untouched_lesson_runs_clean_and_every_check_says_not_attempted(path):
+    import importlib
+
+    module = importlib.import_module(LESSONS[path.name[:2]])
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    ).execute()
+    text = ""
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            assert out["output_type"] != "error", f"{out['ename']}: {out['evalue']}"
+            text += out.get("text", "")
+    for ex in module.EXERCISES:
+        assert f"⏳ Exercise {ex.id}: not attempted yet." in text
+    assert "✅" not in text and "❌" not in text and "💥" not in text
+    total = len(module.EXERCISES)
+    assert f"Lesson {path.name[:2]}: 0 of {total} exercises pass" in text
