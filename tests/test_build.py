@@ -7,8 +7,8 @@ import sys
 
 import nbformat
 import pytest
-from conftest import ROOT
 
+from conftest import ROOT
 from ddp_helpers.build import BuildError, build_lessons, make_lesson, strip_solutions
 
 

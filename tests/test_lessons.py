@@ -8,9 +8,9 @@ import sys
 
 import nbformat
 import pytest
-from conftest import ROOT
 from nbclient import NotebookClient
 
+from conftest import ROOT
 from ddp_helpers.exercises import LESSONS
 
 LESSON_FILES = sorted((ROOT / "lessons").glob("[0-9][0-9]_*.ipynb"))

@@ -7,6 +7,7 @@ import time
 
 import pytest
 from jupyter_client import KernelManager
+
 from kernel_utils import descendants, error_of, run_cells, stream_text
 
 DEFINE = """
