@@ -344,10 +344,13 @@ def _render_stack(text: str) -> str:
     out = []
     for frames in _parse_faulthandler(text):
         # A rank is forked from the zygote, so its stack starts in the zygote's own frames:
-        # keep what comes after the last frame of the launcher.
-        internal = [i for i, f in enumerate(frames) if f[0].endswith(INTERNAL_FILES)]
-        if internal:
-            frames = frames[internal[-1] + 1 :]
+        # drop that prefix, and the launcher's frames further up (its rendezvous hook).
+        start = 0
+        while start < len(frames) and (
+            frames[start][0].endswith(INTERNAL_FILES) or frames[start][0].startswith("<frozen")
+        ):
+            start += 1
+        frames = [f for f in frames[start:] if not f[0].endswith(INTERNAL_FILES)]
         if not frames:
             continue
         if out:
@@ -415,6 +418,15 @@ def _cpu_count() -> int:
         return os.cpu_count() or 1
 
 
+def _loopback_interface() -> str | None:
+    """The loopback interface's name: 'lo' on Linux, 'lo0' on macOS."""
+    try:
+        names = [name for _, name in socket.if_nameindex()]
+    except OSError:
+        return None
+    return next((n for n in names if n in ("lo", "lo0")), None)
+
+
 def _check_options(nprocs, backend, timeout) -> None:
     if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
         raise ValueError(MESSAGES["bad_nprocs"].format(value=nprocs))
@@ -433,6 +445,13 @@ def _rank_env(nprocs: int, backend: str) -> tuple[dict, int]:
     threads = threads or max(1, _cpu_count() // nprocs)
     env["OMP_NUM_THREADS"] = str(threads)
     env["MPLBACKEND"] = "Agg"  # the notebook's inline backend means nothing in a rank
+    # gloo and nccl open listening sockets of their own, by default on the address the
+    # host name resolves to (reachable from the network): keep a one-machine run on
+    # loopback unless the user chose an interface.
+    loopback = _loopback_interface()
+    if loopback:
+        env.setdefault("GLOO_SOCKET_IFNAME", loopback)
+        env.setdefault("NCCL_SOCKET_IFNAME", loopback)
     env["PYTHONUNBUFFERED"] = "1"
     env["DDP_HELPERS_BACKEND"] = backend
     return env, threads

@@ -210,14 +210,13 @@ def save_checkpoint(model, optimizer, epoch, path):
     import torch.distributed as dist
 
     if dist.get_rank() == 0:
-        torch.save(
-            {
-                "model": model.module.state_dict(),  # no `module.` prefix
-                "optimizer": optimizer.state_dict(),
-                "epoch": epoch,
-            },
-            path,
-        )
+        state = {
+            "model": model.module.state_dict(),  # no `module.` prefix
+            "optimizer": optimizer.state_dict(),
+            "epoch": epoch,
+        }
+        torch.save(state, path + ".tmp")  # a crash mid-write leaves the old file intact
+        os.replace(path + ".tmp", path)  # atomic: readers see the old file or the new one
     dist.barrier()  # nobody reads the file before rank 0 has finished writing it
 
 
