@@ -152,6 +152,8 @@ class _ZygoteClient:
         # copied half-alive into every rank. Ranks set their own thread count.
         env.setdefault("OPENBLAS_NUM_THREADS", "1")
         env["OMP_NUM_THREADS"] = "1"
+        # Read once, when torch loads; see _rank_env.
+        env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
         env["PYTHONPATH"] = os.pathsep.join(
             [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
             + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
@@ -445,6 +447,10 @@ def _rank_env(nprocs: int, backend: str) -> tuple[dict, int]:
     threads = threads or max(1, _cpu_count() // nprocs)
     env["OMP_NUM_THREADS"] = str(threads)
     env["MPLBACKEND"] = "Agg"  # the notebook's inline backend means nothing in a rank
+    # c10d's C++ warnings (a peer's connection reset, with 40 frames of C++ stack) bury
+    # the one error that matters in a cell; errors still show. torch reads this when it
+    # loads, in the zygote (see _ZygoteClient); it is repeated here for what ranks start.
+    env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     # gloo and nccl open listening sockets of their own, by default on the address the
     # host name resolves to (reachable from the network): keep a one-machine run on
     # loopback unless the user chose an interface.
