@@ -6,7 +6,19 @@ __all__ = ["DistributedError", "Results", "launch", "shutdown", "spawn", "warm_u
 
 
 def load_ipython_extension(ipython):
-    """`%load_ext ddp_helpers`: registers the `%%ddp` cell magic (every lesson)."""
+    """`%load_ext ddp_helpers`: registers `%%ddp` and starts the launcher (every lesson)."""
+    import threading
+
     from .magic import register
 
     register(ipython)
+    # The helper process takes about a second to import torch: start it now, while the
+    # learner reads, so the first launch is quick. A failure here shows at that launch.
+    threading.Thread(target=_warm_up_quietly, name="ddp-warm-up", daemon=True).start()
+
+
+def _warm_up_quietly():
+    try:
+        warm_up()
+    except Exception:
+        pass

@@ -212,7 +212,7 @@ def _avoid_gloo_teardown_deadlock() -> None:
     @functools.wraps(real_destroy)
     def destroy_process_group(*args, **kwargs):
         result = real_destroy(*args, **kwargs)
-        time.sleep(0.005)  # releases the GIL: gloo's threads drop their last references
+        time.sleep(0.001)  # releases the GIL: gloo's threads drop their last references
         return result
 
     dist.destroy_process_group = destroy_process_group

@@ -226,3 +226,21 @@ def test_a_rank_killed_mid_save_leaves_the_previous_checkpoint_loadable(tmp_path
     assert info.value.rank == 0 and info.value.signal_name == "SIGKILL"
     checkpoint = torch.load(path, map_location="cpu")
     assert checkpoint["epoch"] == 1 and "model" in checkpoint
+
+
+def crash_at_exit():
+    import os as os_module
+
+    # The worker ends a rank with os._exit after sending its result; make that exit an
+    # abort, as gloo sometimes does at interpreter exit.
+    os_module._exit = lambda code: os_module.abort()
+    return int(os_module.environ["RANK"]) * 10
+
+
+def test_a_crash_at_exit_after_the_result_keeps_the_result_with_one_warning(capsys):
+    results = launch(crash_at_exit, nprocs=2)
+    assert list(results) == [0, 10]
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert len(warnings) == 2  # one line per rank that crashed
+    assert warnings[0].startswith("[ddp_helpers] warning: rank 0 was killed by SIGABRT at exit")
+    assert "the result is kept" in warnings[0]
