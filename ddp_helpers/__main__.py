@@ -1,4 +1,4 @@
-"""The command line: `python -m ddp_helpers build [--check] [--execute]`."""
+"""The command line: `python -m ddp_helpers build [--check] [--execute]` and `export`."""
 
 from __future__ import annotations
 
@@ -18,7 +18,21 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="first run every solution notebook and store its outputs",
     )
+    export = commands.add_parser("export", help="a notebook's training code as a torchrun script")
+    export.add_argument("notebook", help="e.g. solutions/04_sampler_and_checkpoint.ipynb")
+    export.add_argument("-o", "--output", default="train.py", help="the script to write")
     args = parser.parse_args(argv)
+
+    if args.command == "export":
+        from .export import ExportError
+        from .export import export as export_notebook
+
+        try:
+            print(export_notebook(args.notebook, args.output))
+        except (ExportError, OSError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        return 0
 
     if args.command == "build":
         from .build import BuildError, build_lessons, execute_solutions

@@ -1,0 +1,96 @@
+"""`python -m ddp_helpers export`: lesson 04 as a torchrun script that trains and resumes."""
+
+from __future__ import annotations
+
+import os
+import re
+import runpy
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import ROOT
+from ddp_helpers import launch
+
+SOLUTION = ROOT / "solutions" / "04_sampler_and_checkpoint.ipynb"
+LESSON = ROOT / "lessons" / "04_sampler_and_checkpoint.ipynb"
+
+
+def export(notebook, out):
+    return subprocess.run(
+        [sys.executable, "-m", "ddp_helpers", "export", str(notebook), "-o", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+
+
+def torchrun(script, *args):
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            script.name,
+            *args,
+        ],
+        cwd=script.parent,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+def losses(stdout):
+    return {int(e): float(v) for e, v in re.findall(r"epoch (\d+): training loss ([\d.]+)", stdout)}
+
+
+def test_the_exported_script_trains_checkpoints_resumes_and_matches_the_notebook(tmp_path):
+    script = tmp_path / "train.py"
+    result = export(SOLUTION, script)
+    assert result.returncode == 0, result.stderr
+    assert "torchrun --standalone --nproc-per-node 2" in result.stdout
+
+    first = torchrun(script, "--epochs", "2")
+    assert sorted(losses(first)) == [0, 1]
+    assert losses(first)[1] < losses(first)[0]  # it learns
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt", "train.py"]
+    assert torch.load(tmp_path / "checkpoint.pt", map_location="cpu")["epoch"] == 1
+
+    second = torchrun(script, "--epochs", "4")
+    assert "resuming from epoch 2" in second
+    assert sorted(losses(second)) == [2, 3] and losses(second)[3] < losses(first)[1]
+    resumed = torch.load(tmp_path / "checkpoint.pt", map_location="cpu")
+    assert resumed["epoch"] == 3
+
+    # The notebook's own run of the same code, 4 epochs without stopping.
+    code = runpy.run_path(str(script), run_name="exported")
+    _, straight = launch(code["run"], 4, str(tmp_path / "straight.pt"), nprocs=2, timeout=120).rank0
+    diff = max((resumed["model"][k] - straight[k]).abs().max().item() for k in straight)
+    assert diff < 1e-6, diff
+
+
+def test_exporting_an_unfinished_lesson_names_the_missing_exercise(tmp_path):
+    result = export(LESSON, tmp_path / "train.py")
+    assert result.returncode == 2
+    assert "exercise 4.3 is not done yet" in result.stderr
+    assert not (tmp_path / "train.py").exists()
+
+
+def test_a_notebook_without_export_tags_gets_a_clear_error(tmp_path):
+    result = export(ROOT / "solutions" / "01_rank_and_world_size.ipynb", tmp_path / "t.py")
+    assert result.returncode == 2 and "no cells tagged `export`" in result.stderr
+
+
+@pytest.mark.parametrize("missing", ["nowhere.ipynb"])
+def test_a_missing_notebook_is_a_clear_error(tmp_path, missing):
+    result = export(tmp_path / missing, tmp_path / "t.py")
+    assert result.returncode == 2 and "No such file" in result.stderr
