@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The nccl path, checked on a machine with NVIDIA GPUs (CI has none). One prepared run:
+#   bash benchmarks/gpu_check.sh            (from the repository root; about 5 minutes)
+# It installs the project, runs the four solution notebooks with nccl on every GPU
+# (world size = GPUs), the launcher's GPU tests, and the exported script under torchrun
+# with nccl, then prints a short report. Exit status: 0 when every step passed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+report=()
+step() {  # step NAME COMMAND...: run it, time it, remember PASS/FAIL
+  local name=$1; shift
+  local t0=$SECONDS
+  if "$@" > "/tmp/gpu_check_${name// /_}.log" 2>&1; then
+    report+=("PASS  $name ($((SECONDS - t0)) s)")
+  else
+    report+=("FAIL  $name ($((SECONDS - t0)) s): see /tmp/gpu_check_${name// /_}.log")
+  fi
+}
+
+gpus=$(nvidia-smi --list-gpus 2>/dev/null | wc -l)
+echo "GPUs: $gpus"; nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null
+[ "$gpus" -ge 1 ] || { echo "no GPU found: nothing to check"; exit 1; }
+
+# A CUDA build of the pinned torch (the default wheel on Linux x86_64). A machine without
+# network access needs .venv prepared beforehand (from carried wheels): then it is kept.
+if [ ! -x .venv/bin/python ]; then
+  step "install" bash -c 'python3 -m venv .venv && .venv/bin/pip install -q -e ".[dev]"'
+fi
+PY=.venv/bin/python
+step "cuda visible to torch" $PY -c "import torch; assert torch.cuda.is_available(); print(torch.cuda.device_count())"
+
+# Every solution notebook, with nccl on every GPU: the lessons pick nccl when there is a
+# GPU per rank. Outputs are not compared (they differ from the CPU record), errors fail.
+step "solutions with nccl" $PY - <<'PYEOF'
+import os, sys, time, nbformat
+from nbclient import NotebookClient
+os.environ["DDP_HELPERS_OUTPUT"] = "ordered"
+for path in sorted(__import__("pathlib").Path("solutions").glob("0*.ipynb")):
+    nb = nbformat.read(path, as_version=4)
+    t = time.time()
+    NotebookClient(nb, timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": "solutions"}}).execute()
+    print(f"{path.name}: {time.time() - t:.1f} s")
+PYEOF
+
+step "launcher on nccl" $PY - <<PYEOF
+import torch
+from ddp_helpers import launch
+n = $gpus
+def check():
+    import os, torch, torch.distributed as dist
+    dist.init_process_group("nccl")
+    assert torch.cuda.current_device() == int(os.environ["LOCAL_RANK"])
+    t = torch.ones(1, device="cuda") * (dist.get_rank() + 1)
+    dist.all_reduce(t)
+    dist.destroy_process_group()
+    return t  # comes back on the CPU
+r = launch(check, nprocs=n, backend="auto", timeout=120)
+assert all(x.device.type == "cpu" and x.item() == n * (n + 1) / 2 for x in r), r
+print("nccl all_reduce on", n, "GPUs:", r[0].item())
+PYEOF
+
+step "pytest on the GPU machine" $PY -m pytest -q -x tests/test_launch.py tests/test_faults.py -p no:cacheprovider
+
+step "exported script under torchrun (nccl)" bash -c '
+  d=$(mktemp -d) && '"$PY"' -m ddp_helpers export solutions/04_sampler_and_checkpoint.ipynb -o "$d/train.py" &&
+  cd "$d" && '"$PWD/$PY"' -m torch.distributed.run --standalone --nproc-per-node '"$gpus"' train.py --epochs 2 &&
+  '"$PWD/$PY"' -m torch.distributed.run --standalone --nproc-per-node '"$gpus"' train.py --epochs 4 | tee out.txt &&
+  grep -q "resuming from epoch 2" out.txt'
+
+echo; echo "GPU check report ($gpus GPU(s), $(date -u +%F))"
+printf '%s\n' "${report[@]}"
+! printf '%s\n' "${report[@]}" | grep -q '^FAIL'
