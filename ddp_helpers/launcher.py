@@ -581,7 +581,7 @@ class _Run:
         self._check_failure()
 
     def _open_output(self) -> bool:
-        return any(kind in _STREAMS or kind == "ctl" for _, kind in self.fds.values())
+        return any(kind != "stack" for _, kind in self.fds.values())
 
     def _on_zygote_message(self) -> None:
         try:
