@@ -6,7 +6,7 @@ PORT ?= 8888
 HOST ?= 127.0.0.1
 STAMP := $(VENV)/.installed
 
-.PHONY: lab test lint bench soak setup clean
+.PHONY: lab test lint bench scaling soak setup clean
 
 setup: $(STAMP)
 
@@ -34,6 +34,9 @@ test: $(STAMP) lint
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/launch_overhead.py
+
+scaling: $(STAMP)
+	$(BIN)/python benchmarks/scaling.py
 
 soak: $(STAMP)
 	$(BIN)/python benchmarks/fault_soak.py --rounds 20
