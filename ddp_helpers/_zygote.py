@@ -189,8 +189,6 @@ class Zygote:
             self.launch(msg, fds)
         elif op == "signal":
             self.signal(msg["id"], msg["signal"], msg.get("group", True))
-        elif op == "ping":
-            self.reply({"op": "pong"})
         for fd in fds:
             try:
                 os.close(fd)

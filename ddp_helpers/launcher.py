@@ -391,7 +391,6 @@ def _cell_sources() -> dict:
 class _RankState:
     def __init__(self, rank: int):
         self.rank = rank
-        self.pid: int | None = None
         self.status: int | None = None  # raw wait status, once exited
         self.exited_at: float | None = None
         self.has_result = False
@@ -595,8 +594,6 @@ class _Run:
         if msg.get("id") != self.id:
             return
         if msg["op"] == "started":
-            for state, pid in zip(self.ranks, msg["pids"], strict=True):
-                state.pid = pid
             if self.timeout is not None:
                 self.deadline = time.monotonic() + self.timeout
         elif msg["op"] == "exit":

@@ -226,14 +226,20 @@ def test_set_epoch_with_a_constant_is_caught():
     expect_wrong(lesson04.q2, train_with_constant_epoch, "[0, 0, 0]", hint=2)
 
 
+def checkpoint_of(model, optimizer, epoch, prefixed=False):
+    """What a checkpoint should hold; with prefixed, DDP's own `module.`-keyed weights."""
+    weights = model.state_dict() if prefixed else model.module.state_dict()
+    return {"model": weights, "optimizer": optimizer.state_dict(), "epoch": epoch}
+
+
+# Each mistake below differs from the reference save_checkpoint in one way only.
+
+
 def save_on_every_rank(model, optimizer, epoch, path):
     import torch
     import torch.distributed as dist
 
-    torch.save(
-        {"model": model.module.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch},
-        path,
-    )
+    torch.save(checkpoint_of(model, optimizer, epoch), path)
     dist.barrier()
 
 
@@ -242,9 +248,7 @@ def save_with_prefix(model, optimizer, epoch, path):
     import torch.distributed as dist
 
     if dist.get_rank() == 0:
-        torch.save(
-            {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}, path
-        )
+        torch.save(checkpoint_of(model, optimizer, epoch, prefixed=True), path)
     dist.barrier()
 
 
@@ -253,14 +257,7 @@ def save_without_barrier(model, optimizer, epoch, path):
     import torch.distributed as dist
 
     if dist.get_rank() == 0:
-        torch.save(
-            {
-                "model": model.module.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "epoch": epoch,
-            },
-            path,
-        )
+        torch.save(checkpoint_of(model, optimizer, epoch), path)
 
 
 def save_with_barrier_inside_if(model, optimizer, epoch, path):
@@ -268,14 +265,7 @@ def save_with_barrier_inside_if(model, optimizer, epoch, path):
     import torch.distributed as dist
 
     if dist.get_rank() == 0:
-        torch.save(
-            {
-                "model": model.module.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "epoch": epoch,
-            },
-            path,
-        )
+        torch.save(checkpoint_of(model, optimizer, epoch), path)
         dist.barrier()
 
 
