@@ -1,9 +1,21 @@
-"""The command line: `python -m ddp_helpers build [--check] [--execute]` and `export`."""
+"""The command line: `python -m ddp_helpers build`, `grade` and `export`."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+
+from .exercises import LESSONS
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected seconds above 0, got {text!r}")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,7 +33,50 @@ def main(argv: list[str] | None = None) -> int:
     export = commands.add_parser("export", help="a notebook's training code as a torchrun script")
     export.add_argument("notebook", help="e.g. solutions/04_sampler_and_checkpoint.ipynb")
     export.add_argument("-o", "--output", default="train.py", help="the script to write")
+    grade = commands.add_parser(
+        "grade",
+        help="run and score learners' notebooks; write a CSV of grades",
+        description="Run each submitted notebook in a fresh kernel and score its exercises "
+        "with the grader's own checks. One CSV row per submission.",
+    )
+    grade.add_argument("paths", nargs="+", metavar="PATH", help="notebooks or folders of them")
+    grade.add_argument("--out", default="grades.csv", help="the CSV to write (grades.csv)")
+    grade.add_argument("--feedback", metavar="DIR", help="write one Markdown file per submission")
+    grade.add_argument(
+        "--timeout",
+        type=_positive,
+        default=300.0,
+        metavar="S",
+        help="seconds a notebook may run, and each exercise's check (default 300)",
+    )
+    grade.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="submissions graded at once (each runs 2 ranks: about cores / 2)",
+    )
+    grade.add_argument(
+        "--lesson",
+        choices=sorted(LESSONS),
+        help="the lesson asked for: notebooks of other lessons are invalid",
+    )
     args = parser.parse_args(argv)
+
+    if args.command == "grade":
+        from .grading import GradingError
+        from .grading import grade as grade_all
+
+        if args.jobs < 1:
+            parser.error("--jobs must be 1 or more")
+        try:
+            grade_all(args.paths, args.out, args.feedback, args.timeout, args.jobs, args.lesson)
+        except GradingError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            return 130
+        return 0
 
     if args.command == "export":
         from .export import ExportError

@@ -31,6 +31,7 @@ MESSAGES = {
     "mismatch_abort": "a rank aborted inside a collective ({signal})",
     "mismatch_returned": "rank {returned} had already returned while rank {rank} waited in one",
     "progress_missing": "not defined in this notebook yet",
+    "hidden": "{message}\n(Found by the grader's extra cases, beyond those the check shows.)",
     "status_names": {
         "correct": "correct",
         "not_attempted": "not attempted",
@@ -87,10 +88,13 @@ def _is_stub(exc: BaseException) -> bool:
 class Exercise:
     """One exercise of a lesson: `check(answer)`, `hint()`, `solution()`."""
 
-    def __init__(self, id: str, name: str, checker, hints: list[str], solution, points: int = 1):
+    def __init__(
+        self, id: str, name: str, checker, hints: list[str], solution, points: int = 1, hidden=None
+    ):
         self.id = id  # "1.2": lesson 1, exercise 2, as the stub's message says
         self.name = name  # what the learner defines in the notebook
         self._checker = checker
+        self._hidden = hidden  # more cases, run only by the grader (grade())
         self.hints = hints
         self._solution = solution
         self.points = points
@@ -99,8 +103,21 @@ class Exercise:
 
     def evaluate(self, answer) -> Result:
         """Run the checker on an answer and return the Result, printing nothing."""
+        return self._run(self._checker, answer)
+
+    def grade(self, answer) -> Result:
+        """What the grader uses: the learner's check, then the hidden cases if it passed."""
+        result = self._run(self._checker, answer)
+        if result.passed and self._hidden is not None:
+            hidden = self._run(self._hidden, answer)
+            if not hidden.passed:
+                hidden.message = MESSAGES["hidden"].format(message=hidden.message)
+                result = self.last = hidden
+        return result
+
+    def _run(self, checker, answer) -> Result:
         try:
-            detail = self._checker(answer) or ""
+            detail = checker(answer) or ""
         except Wrong as exc:
             hint = self.hints[exc.hint] if exc.hint is not None else None
             result = Result(

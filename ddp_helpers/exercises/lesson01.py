@@ -68,10 +68,12 @@ def shard(n, rank, world_size):
     return padded[rank::world_size]
 
 
-def _check_shard(fn) -> str:
+def _check_shard(fn, grid=None) -> str:
     cases = 0
     # The lesson's own example first: its message is the one a learner can picture.
-    grid = [(10, 3), (7, 2)] + [(n, w) for w in range(1, 6) for n in (1, 2, 3, 5, 12, 16, 17)]
+    grid = grid or [(10, 3), (7, 2)] + [
+        (n, w) for w in range(1, 6) for n in (1, 2, 3, 5, 12, 16, 17)
+    ]
     for n, w in grid:
         for rank in range(w):
             want = _reference_shard(n, rank, w)
@@ -90,6 +92,11 @@ def _check_shard(fn) -> str:
                 raise Wrong(MESSAGES["shard_length"].format(**args), hint=1)
             raise Wrong(MESSAGES["shard_other"].format(**args), hint=2)
     return MESSAGES["shard_ok"].format(cases=cases)
+
+
+def _hidden_shard(fn) -> str:
+    # Sizes and world sizes the learner's check never shows (the grader's extra cases).
+    return _check_shard(fn, [(n, w) for w in (6, 7, 8) for n in (4, 9, 23, 64, 101)])
 
 
 def predict_all_reduce():
@@ -127,7 +134,7 @@ def _check_gather(fn) -> str:
     raise Wrong(MESSAGES["gather_other"].format(got=list(got)), hint=0)
 
 
-q1 = Exercise("1.1", "shard", _check_shard, MESSAGES["shard_hints"], shard)
+q1 = Exercise("1.1", "shard", _check_shard, MESSAGES["shard_hints"], shard, hidden=_hidden_shard)
 q2 = Exercise(
     "1.2", "predict_all_reduce", _check_reduce, MESSAGES["reduce_hints"], predict_all_reduce
 )

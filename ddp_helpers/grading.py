@@ -1,0 +1,613 @@
+"""Instructors' grading: `python -m ddp_helpers grade PATH... --out grades.csv` (any lesson).
+
+Each submission is graded by its own worker process (_grade_worker.py): a fresh kernel
+runs the notebook under a wall-clock limit, and a separate scorer process checks the
+answers with the grader's own copy of the checks. This module finds the submissions,
+tells their lessons, runs the workers N at a time, and writes the CSV, the feedback files,
+the progress and the summary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import importlib
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .exercises import LESSONS
+
+STATUSES = ("ok", "timeout", "error", "invalid")
+DEFAULT_TIMEOUT = 300.0
+# The course's notebook names: a file named like one lesson must hold that lesson.
+SLUGS = {
+    "01": "rank_and_world_size",
+    "02": "process_group",
+    "03": "ddp_wrap",
+    "04": "sampler_and_checkpoint",
+}
+_IMPORT = re.compile(r"\bddp_helpers\.exercises(?:\s+import\s+|\.)lesson(\d\d)\b")
+
+# Instructor- and learner-facing text of this module, in one place for translation.
+MESSAGES = {
+    "no_path": "No such file or folder: {path}. Give notebooks or folders of them.",
+    "no_notebooks": (
+        "No notebooks (*.ipynb) found in {paths}. Give the folder the submissions were "
+        "collected into, or the notebook files themselves."
+    ),
+    "not_notebook": (
+        "This file is not a Jupyter notebook ({error}). Submit the .ipynb file you worked "
+        "in (JupyterLab: File > Download)."
+    ),
+    "no_lesson": (
+        "This notebook is not one of the course's lessons: no cell imports the checks "
+        "(`from ddp_helpers.exercises import lessonNN as ex`). Submit the lesson notebook "
+        "you worked in."
+    ),
+    "many_lessons": (
+        "This notebook imports the checks of several lessons ({lessons}); submit one "
+        "lesson per notebook."
+    ),
+    "unknown_lesson": "This notebook imports lesson {lesson}, which this course does not have.",
+    "name_mismatch": (
+        "Wrong lesson: the file is named like lesson {named} but holds lesson {found}'s "
+        "notebook. Submit lesson {named}'s notebook under this name."
+    ),
+    "wrong_lesson": (
+        "Wrong lesson: this is lesson {found}'s notebook but lesson {wanted} was asked for."
+    ),
+    "worker_failed": (
+        "The grader itself failed on this submission (exit status {code}); please report "
+        "it with this output:\n{output}"
+    ),
+    "worker_stuck": (
+        "The grader stopped this submission after {limit:g} s in all (the notebook's limit "
+        "plus every exercise's)."
+    ),
+    "start": "Grading {count} submission{s} ({jobs} at a time, up to {limit:g} s each)",
+    "line": "[{done:>{width}}/{total}] {status:<8} {points:>5}  {seconds:5.1f} s  {submission}",
+    "summary_head": (
+        "Graded {count} submission{s} in {wall:.0f} s ({per:.1f} s per submission, "
+        "{jobs} at a time)."
+    ),
+    "summary_status": "status: {counts}",
+    "summary_means": "mean points per exercise (submissions that ran):",
+    "summary_mean": "  {column:<32} {mean:.2f} of {max}  (n={n})",
+    "wrote": "grades: {out}{feedback}",
+    "interrupted": (
+        "Interrupted: {done} of {total} graded; {out} holds those rows. Everything the "
+        "unfinished submissions started was stopped."
+    ),
+}
+
+
+class GradingError(Exception):
+    """Bad input to the grader as a whole (no such path, no notebooks)."""
+
+
+@dataclass
+class Submission:
+    path: Path
+    name: str  # as shown in the CSV: the path as given, relative where it can be
+    lesson: str | None = None
+    problem: str | None = None  # why it is invalid
+
+
+@dataclass
+class Row:
+    submission: Submission
+    status: str
+    points: int = 0
+    max_points: int | None = None
+    exercises: list[dict] = field(default_factory=list)
+    events: list[dict] = field(default_factory=list)
+    seconds: float = 0.0
+    run_seconds: float | None = None
+    score_seconds: float | None = None
+
+
+# ---------------------------------------------------------------- finding submissions
+
+
+def read_notebook(path):
+    """The notebook at path, as nbformat v4; raises ValueError saying why it is not one."""
+    import nbformat
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 text: {exc.reason}") from None
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"broken JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+        ) from None
+    try:
+        nb = nbformat.reads(text, as_version=4)
+        nbformat.validate(nb)
+    except Exception as exc:  # noqa: BLE001 - nbformat raises many kinds; all mean "not one"
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"not in Jupyter's notebook format: {first[:200]}") from None
+    return nb
+
+
+def lesson_of(path) -> tuple[str | None, str | None]:
+    """(lesson, None) for a lesson notebook, or (lesson or None, why it is invalid)."""
+    try:
+        nb = read_notebook(path)
+    except (OSError, ValueError) as exc:
+        return None, MESSAGES["not_notebook"].format(error=exc)
+    found = sorted(
+        {m for c in nb.cells if c.cell_type == "code" for m in _IMPORT.findall(c.source)}
+    )
+    if not found:
+        return None, MESSAGES["no_lesson"]
+    if len(found) > 1:
+        return None, MESSAGES["many_lessons"].format(lessons=", ".join(found))
+    lesson = found[0]
+    if lesson not in LESSONS:
+        return None, MESSAGES["unknown_lesson"].format(lesson=lesson)
+    named = [n for n, slug in SLUGS.items() if slug in Path(path).name]
+    if named and lesson not in named:
+        return lesson, MESSAGES["name_mismatch"].format(named=named[0], found=lesson)
+    return lesson, None
+
+
+def find_submissions(paths, lesson: str | None = None) -> list[Submission]:
+    """Every notebook in paths (folders searched), each with its lesson or why it is invalid."""
+    files: dict[Path, str] = {}
+    for given in paths:
+        path = Path(given)
+        if path.is_dir():
+            for nb in sorted(path.rglob("*.ipynb")):
+                if ".ipynb_checkpoints" not in nb.parts and nb.is_file():
+                    files.setdefault(nb.resolve(), _shown(nb))
+        elif path.is_file():
+            files.setdefault(path.resolve(), _shown(path))
+        else:
+            raise GradingError(MESSAGES["no_path"].format(path=given))
+    if not files:
+        raise GradingError(MESSAGES["no_notebooks"].format(paths=", ".join(map(str, paths))))
+    subs = []
+    for resolved, shown in sorted(files.items(), key=lambda item: item[1]):
+        found, problem = lesson_of(resolved)
+        if problem is None and lesson is not None and found != lesson:
+            problem = MESSAGES["wrong_lesson"].format(found=found, wanted=lesson)
+        subs.append(Submission(resolved, shown, found, problem))
+    return subs
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def exercises_of(lesson: str) -> list:
+    return importlib.import_module(LESSONS[lesson]).EXERCISES
+
+
+def columns_for(subs: list[Submission]) -> list[tuple[str, str]]:
+    """(lesson, column name) of every exercise of the lessons in the batch, in order."""
+    lessons = sorted({s.lesson for s in subs if s.lesson and s.problem is None})
+    return [(lesson, f"{ex.id} {ex.name}") for lesson in lessons for ex in exercises_of(lesson)]
+
+
+# ---------------------------------------------------------------- one submission
+
+
+def _invalid_row(sub: Submission) -> Row:
+    return Row(sub, "invalid", events=[{"kind": "invalid", "text": sub.problem}])
+
+
+def grade_one(sub: Submission, timeout: float, cancel: threading.Event | None = None) -> Row:
+    """Grade one submission in a worker process; always returns its Row."""
+    if sub.problem is not None:
+        return _invalid_row(sub)
+    started = time.monotonic()
+    count = len(exercises_of(sub.lesson))
+    # Backstop only: the worker enforces the limits itself and reports on them.
+    limit = timeout + count * max(timeout, 60) + 120
+    proc = subprocess.Popen(
+        [sys.executable, "-P", "-m", "ddp_helpers._grade_worker", "run"]
+        + [str(sub.path), sub.lesson, repr(float(timeout))],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # Ctrl-C reaches the grader, which stops the workers itself
+        env=_worker_env(),
+    )
+    result, failure = None, None
+    try:
+        out, err = _communicate(proc, limit, cancel)
+        if out is None:
+            failure = MESSAGES["worker_stuck"].format(limit=limit)
+        else:
+            lines = out.decode(errors="replace").strip().splitlines()
+            try:
+                result = json.loads(lines[-1])
+            except (IndexError, json.JSONDecodeError):
+                tail = "\n".join((err.decode(errors="replace").strip().splitlines())[-20:])
+                failure = MESSAGES["worker_failed"].format(code=proc.returncode, output=tail)
+    finally:
+        if proc.poll() is None:  # stuck or cancelled: the worker and all it started go now
+            from ._grade_worker import kill_descendants
+
+            kill_descendants(proc.pid, include_self=True)
+            proc.wait()
+    seconds = time.monotonic() - started
+    exercises = exercises_of(sub.lesson)
+    max_points = sum(ex.points for ex in exercises)
+    if result is None:
+        rows = [
+            {
+                "id": ex.id,
+                "name": ex.name,
+                "max": ex.points,
+                "status": "error",
+                "message": "",
+                "hint": None,
+            }
+            for ex in exercises
+        ]
+        return Row(
+            sub, "error", 0, max_points, rows, [{"kind": "grader", "text": failure}], seconds
+        )
+    for ex in result["exercises"]:
+        ex["points"] = ex["max"] if ex["status"] == "correct" else 0
+    return Row(
+        sub,
+        result["status"],
+        sum(ex["points"] for ex in result["exercises"]),
+        max_points,
+        result["exercises"],
+        result["events"],
+        seconds,
+        result["run_seconds"],
+        result["score_seconds"],
+    )
+
+
+def _worker_env() -> dict:
+    env = dict(os.environ)
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(
+        [here] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    )
+    return env
+
+
+def _communicate(proc, limit: float, cancel) -> tuple:
+    """proc's (stdout, stderr), or (None, None) past limit or on cancel (then killed)."""
+    deadline = time.monotonic() + limit
+    while True:
+        try:
+            return proc.communicate(timeout=0.5)
+        except subprocess.TimeoutExpired:
+            if time.monotonic() > deadline or (cancel is not None and cancel.is_set()):
+                return None, None
+
+
+# ---------------------------------------------------------------- the batch
+
+
+def grade(
+    paths,
+    out="grades.csv",
+    feedback=None,
+    timeout: float = DEFAULT_TIMEOUT,
+    jobs: int = 1,
+    lesson: str | None = None,
+    stream=None,
+) -> list[Row]:
+    """Grade every submission in paths; write the CSV (and feedback); return the rows."""
+    stream = sys.stderr if stream is None else stream
+    subs = find_submissions(paths, lesson)
+    columns = columns_for(subs)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if feedback is not None:
+        Path(feedback).mkdir(parents=True, exist_ok=True)
+    progress = Progress(len(subs), stream)
+    progress.say(
+        MESSAGES["start"].format(
+            count=len(subs), s="" if len(subs) == 1 else "s", jobs=jobs, limit=timeout
+        )
+    )
+    started = time.monotonic()
+    rows: list[Row] = []
+    cancel = threading.Event()
+    lock = threading.Condition()
+    pending = [s for s in subs if s.problem is None]
+    running = 0
+
+    def work():
+        nonlocal running
+        while not cancel.is_set():
+            with lock:
+                if not pending:
+                    return
+                sub = pending.pop(0)
+                running += 1
+                progress.running = running
+            row = grade_one(sub, timeout, cancel)
+            with lock:
+                running -= 1
+                progress.running = running
+                if not cancel.is_set():
+                    rows.append(row)
+                    writer.write(row)
+                    if feedback is not None:
+                        write_feedback(row, Path(feedback), timeout)
+                    progress.finished(row)
+                lock.notify_all()
+
+    with CsvWriter(out, columns) as writer:
+        for sub in subs:  # invalid ones need no kernel: their rows come first
+            if sub.problem is not None:
+                row = _invalid_row(sub)
+                rows.append(row)
+                writer.write(row)
+                if feedback is not None:
+                    write_feedback(row, Path(feedback), timeout)
+                progress.finished(row)
+        threads = [threading.Thread(target=work, daemon=True) for _ in range(max(1, jobs))]
+        for t in threads:
+            t.start()
+        try:
+            while any(t.is_alive() for t in threads):
+                with lock:
+                    lock.wait(timeout=1.0)
+                    progress.tick()
+        except KeyboardInterrupt:
+            cancel.set()
+            for t in threads:
+                t.join()
+            writer.finish(rows, subs)
+            progress.done()
+            progress.say(MESSAGES["interrupted"].format(done=len(rows), total=len(subs), out=out))
+            raise
+        writer.finish(rows, subs)
+    progress.done()
+    for line in summary(rows, columns, time.monotonic() - started, jobs):
+        progress.say(line)
+    shown = f" · feedback: {feedback}/ ({len(rows)} files)" if feedback is not None else ""
+    progress.say(MESSAGES["wrote"].format(out=out, feedback=shown))
+    return rows
+
+
+class CsvWriter:
+    """grades.csv: a row as each submission finishes, in submission order at the end."""
+
+    def __init__(self, path: Path, columns):
+        self.path = path
+        self.columns = columns
+
+    def __enter__(self):
+        self.file = open(self.path, "w", newline="", encoding="utf-8")  # noqa: SIM115
+        self.csv = csv.writer(self.file)
+        self.csv.writerow(self.header())
+        self.file.flush()
+        return self
+
+    def __exit__(self, *exc):
+        if not self.file.closed:
+            self.file.close()
+
+    def header(self) -> list[str]:
+        return ["submission", "lesson", "status", "points", "max_points"] + [
+            name for _, name in self.columns
+        ]
+
+    def cells(self, row: Row) -> list:
+        earned = {f"{e['id']} {e['name']}": e.get("points", 0) for e in row.exercises}
+        graded = row.status != "invalid"
+        return [
+            row.submission.name,
+            row.submission.lesson or "",
+            row.status,
+            row.points,
+            row.max_points if row.max_points is not None else "",
+        ] + [earned.get(name, "") if graded else "" for _, name in self.columns]
+
+    def write(self, row: Row) -> None:
+        self.csv.writerow(self.cells(row))
+        self.file.flush()
+
+    def finish(self, rows: list[Row], subs: list[Submission]) -> None:
+        """Rewrite the file in submission order (atomically: a crash keeps the rows so far)."""
+        self.file.close()
+        order = {s.name: i for i, s in enumerate(subs)}
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with open(tmp, "w", newline="", encoding="utf-8") as f:
+            out = csv.writer(f)
+            out.writerow(self.header())
+            for row in sorted(rows, key=lambda r: order[r.submission.name]):
+                out.writerow(self.cells(row))
+        os.replace(tmp, self.path)
+
+
+def summary(rows: list[Row], columns, wall: float, jobs: int) -> list[str]:
+    """The end-of-batch lines: counts per status, mean points per exercise."""
+    count = len(rows)
+    lines = [
+        MESSAGES["summary_head"].format(
+            count=count,
+            s="" if count == 1 else "s",
+            wall=wall,
+            per=(sum(r.seconds for r in rows) / count) if count else 0.0,
+            jobs=jobs,
+        )
+    ]
+    counts = {s: sum(r.status == s for r in rows) for s in STATUSES}
+    lines.append(
+        MESSAGES["summary_status"].format(counts=" · ".join(f"{s} {n}" for s, n in counts.items()))
+    )
+    if columns:
+        lines.append(MESSAGES["summary_means"])
+    for lesson, column in columns:
+        earned = [
+            (e["points"], e["max"])
+            for r in rows
+            if r.status != "invalid" and r.submission.lesson == lesson
+            for e in r.exercises
+            if f"{e['id']} {e['name']}" == column
+        ]
+        if earned:
+            mean = sum(p for p, _ in earned) / len(earned)
+            lines.append(
+                MESSAGES["summary_mean"].format(
+                    column=column, mean=mean, max=earned[0][1], n=len(earned)
+                )
+            )
+    return lines
+
+
+class Progress:
+    """A line per finished submission; on a terminal, a bar below them as well."""
+
+    def __init__(self, total: int, stream):
+        self.total, self.stream, self.done_count, self.running = total, stream, 0, 0
+        self.started = time.monotonic()
+        self.tty = bool(getattr(stream, "isatty", lambda: False)())
+        self.counts = dict.fromkeys(STATUSES, 0)
+
+    def say(self, text: str) -> None:
+        self._clear()
+        print(text, file=self.stream, flush=True)
+
+    def finished(self, row: Row) -> None:
+        self.done_count += 1
+        self.counts[row.status] += 1
+        points = f"{row.points}/{row.max_points}" if row.max_points is not None else "-"
+        self._clear()
+        print(
+            MESSAGES["line"].format(
+                done=self.done_count,
+                width=len(str(self.total)),
+                total=self.total,
+                status=row.status,
+                points=points,
+                seconds=row.seconds,
+                submission=row.submission.name,
+            ),
+            file=self.stream,
+            flush=True,
+        )
+        self.tick()
+
+    def bar(self, width: int = 30) -> str:
+        filled = round(width * self.done_count / self.total) if self.total else width
+        counts = " ".join(f"{s} {n}" for s, n in self.counts.items() if n)
+        return (
+            f"[{'#' * filled}{'.' * (width - filled)}] {self.done_count}/{self.total} "
+            f"· {self.running} running · {time.monotonic() - self.started:.0f} s"
+            + (f" · {counts}" if counts else "")
+        )
+
+    def tick(self) -> None:
+        if self.tty:
+            self.stream.write("\r\x1b[K" + self.bar())
+            self.stream.flush()
+
+    def _clear(self) -> None:
+        if self.tty:
+            self.stream.write("\r\x1b[K")
+
+    def done(self) -> None:
+        self._clear()
+
+
+# ---------------------------------------------------------------- feedback
+
+
+def feedback_name(row: Row) -> str:
+    """The feedback file of a submission: its shown path, flattened, as .md."""
+    stem = row.submission.name
+    if stem.endswith(".ipynb"):
+        stem = stem[: -len(".ipynb")]
+    stem = re.sub(r"[\\/]+", "__", stem.lstrip("./"))
+    return re.sub(r"[^\w.\-]+", "_", stem) + ".md"
+
+
+def write_feedback(row: Row, folder: Path, timeout: float) -> Path:
+    path = folder / feedback_name(row)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(feedback_markdown(row, timeout), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+_WHAT = {
+    "ok": "The notebook ran to its end.",
+    "timeout": "The notebook, or one of its answers, ran past the time limit and was stopped.",
+    "error": "The notebook's kernel, or the grader's process running an answer, died.",
+    "invalid": "This file could not be graded.",
+}
+_MARK = {"correct": "✅", "wrong": "❌", "error": "💥", "not_attempted": "⏳", "missing": "❔"}
+
+
+def feedback_markdown(row: Row, timeout: float) -> str:
+    """The learner's feedback: score, each exercise's message and hint, what happened."""
+    sub = row.submission
+    out = [f"# Feedback: `{sub.name}`", ""]
+    if row.status == "invalid":
+        out += [f"**Status: invalid.** {_WHAT['invalid']}", "", sub.problem or "", ""]
+        return "\n".join(out)
+    out += [
+        f"Lesson {sub.lesson} · **{row.points} of {row.max_points} points** · status "
+        f"**{row.status}** · graded in {row.seconds:.1f} s (limit {timeout:g} s for the "
+        "notebook)",
+        "",
+        _WHAT[row.status],
+        "",
+        "| exercise | points | result |",
+        "| --- | --- | --- |",
+    ]
+    for ex in row.exercises:
+        status = ex["status"].replace("_", " ")
+        out.append(
+            f"| {ex['id']} `{ex['name']}` | {ex.get('points', 0)} / {ex['max']} | "
+            f"{_MARK.get(ex['status'], '')} {status} |"
+        )
+    out.append("")
+    for ex in row.exercises:
+        out += [f"## {ex['id']} `{ex['name']}`: {ex.get('points', 0)} / {ex['max']}", ""]
+        if ex.get("message"):
+            out += [ex["message"], ""]
+        if ex.get("hint"):
+            out += [f"💡 Hint: {ex['hint']}", ""]
+    happened = [e for e in row.events if e["kind"] != "cell_error"]
+    errors = [e for e in row.events if e["kind"] == "cell_error"]
+    if happened:
+        out += ["## What happened", ""]
+        for e in happened:
+            out += [e["text"], ""]
+            if e.get("detail"):
+                out += ["```", e["detail"], "```", ""]
+    if errors:
+        out += ["## Cells that raised an error", ""]
+        for e in errors[:5]:
+            out += [e["text"], "", "```", e.get("detail", ""), "```", ""]
+        if len(errors) > 5:
+            out += [f"(and {len(errors) - 5} more)", ""]
+    with contextlib.suppress(Exception):
+        out += [
+            "---",
+            "Times: notebook "
+            + (f"{row.run_seconds:.1f} s" if row.run_seconds is not None else "-")
+            + ", checks "
+            + (f"{row.score_seconds:.1f} s" if row.score_seconds is not None else "-")
+            + ".",
+            "",
+        ]
+    return "\n".join(out)

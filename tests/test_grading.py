@@ -1,0 +1,385 @@
+"""`python -m ddp_helpers grade`: statuses, scores, feedback, clean-up, as instructors see them."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import cloudpickle
+import nbformat
+import psutil
+import pytest
+from fixtures.submissions import ESCAPEE_SECONDS, NAMES, make_submissions
+
+from ddp_helpers import _grade_worker as worker
+from ddp_helpers import grading
+from ddp_helpers.exercises import lesson01, lesson02
+
+ROOT = Path(__file__).resolve().parent.parent
+TIMEOUT = 45  # the notebooks take 5-25 s here with two graded at once
+
+
+def _grader_processes(tmp: Path) -> list[psutil.Process]:
+    """Processes a grading run may start: workers, kernels, scorers, ranks, the escapee."""
+    found = []
+    for p in psutil.process_iter(["cmdline", "name"]):
+        try:
+            cmd = " ".join(p.info["cmdline"] or [])
+            name = p.info["name"] or ""
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if p.pid == os.getpid():
+            continue
+        if (
+            "_grade_worker" in cmd
+            or "ddp-grade-" in cmd
+            or cmd == f"sleep {ESCAPEE_SECONDS}"
+            or (name.startswith("ddp-") and _outside_pytest(p))
+        ):
+            found.append(p)
+    return [p for p in found if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def _outside_pytest(p: psutil.Process) -> bool:
+    # This test process has its own launcher (zygote, spares) from other tests.
+    try:
+        return os.getpid() not in [a.pid for a in p.parents()]
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _grade_cli(args, cwd, timeout=900):
+    return subprocess.run(
+        [sys.executable, "-m", "ddp_helpers", "grade", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory):
+    """The four solutions, the four lessons and every fixture, graded in one batch."""
+    tmp = tmp_path_factory.mktemp("grading")
+    expected = make_submissions(tmp / "subs")
+    assert not _grader_processes(tmp), "a grader process is running before the batch"
+    temp_dirs = set(Path(os.environ.get("TMPDIR", "/tmp")).glob("ddp-grade-*"))
+    started = time.monotonic()
+    run = _grade_cli(
+        ["subs", "--out", "grades.csv", "--feedback", "feedback"]
+        + ["--timeout", str(TIMEOUT), "--jobs", "2"],
+        cwd=tmp,
+    )
+    seconds = time.monotonic() - started
+    left = _grader_processes(tmp)
+    new_dirs = set(Path(os.environ.get("TMPDIR", "/tmp")).glob("ddp-grade-*")) - temp_dirs
+    with open(tmp / "grades.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    return {
+        "tmp": tmp,
+        "expected": expected,
+        "run": run,
+        "rows": {r["submission"].removeprefix("subs/"): r for r in rows},
+        "order": [r["submission"] for r in rows],
+        "left": left,
+        "new_dirs": new_dirs,
+        "seconds": seconds,
+    }
+
+
+def test_batch_exits_cleanly_and_grades_every_submission(batch):
+    run = batch["run"]
+    assert run.returncode == 0, run.stderr
+    assert sorted(batch["rows"]) == sorted(batch["expected"])
+    assert batch["order"] == sorted(batch["order"]), "rows are not in submission order"
+
+
+@pytest.mark.parametrize("name", sorted(NAMES.values()))
+def test_solutions_score_full_marks_and_lessons_zero(batch, name):
+    right, untouched = batch["rows"][f"right/{name}"], batch["rows"][f"untouched/{name}"]
+    assert right["status"] == untouched["status"] == "ok"
+    assert right["points"] == right["max_points"] != "0"
+    assert untouched["points"] == "0" and untouched["max_points"] == right["max_points"]
+
+
+def test_every_row_has_the_expected_status_and_score(batch):
+    wrong = []
+    for name, exp in batch["expected"].items():
+        row = batch["rows"][name]
+        got = (row["lesson"], row["status"], row["points"], row["max_points"])
+        want = (
+            exp.lesson,
+            exp.status,
+            str(exp.points),
+            "" if exp.max_points is None else str(exp.max_points),
+        )
+        if got != want:
+            wrong.append(f"{name}: got {got}, want {want}")
+        for column, points in (exp.per_exercise or {}).items():
+            if row[column] != str(points):
+                wrong.append(f"{name}: {column} = {row[column]!r}, want {points}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_csv_has_the_fixed_columns_then_one_per_exercise(batch):
+    with open(batch["tmp"] / "grades.csv", newline="") as f:
+        header = next(csv.reader(f))
+    assert header[:5] == ["submission", "lesson", "status", "points", "max_points"]
+    assert header[5:8] == ["1.1 shard", "1.2 predict_all_reduce", "1.3 predict_all_gather"]
+    assert len(header) == 5 + 13
+    # A row of lesson 01 leaves the other lessons' exercise columns empty; invalid rows all.
+    row = batch["rows"]["right/01_rank_and_world_size.ipynb"]
+    assert row["2.1 pick_backend"] == "" and row["1.1 shard"] == "1"
+    assert all(batch["rows"]["not_a_lesson/scratch.ipynb"][h] == "" for h in header[5:])
+
+
+def test_no_process_or_temporary_folder_is_left(batch):
+    assert not batch["left"], f"left running after grading: {batch['left']}"
+    assert not [d for d in batch["new_dirs"] if d.exists()]
+
+
+def test_progress_lines_and_summary_are_printed(batch):
+    err = batch["run"].stderr
+    assert "Grading 16 submissions (2 at a time, up to 45 s each)" in err
+    assert "[16/16]" in err and "subs/right/03_ddp_wrap.ipynb" in err
+    assert "status: ok 11 · timeout 1 · error 1 · invalid 3" in err
+    assert "1.1 shard" in err and "0.60 of 1  (n=5)" in err  # 3 of 5 lesson-01 runs pass 1.1
+    assert "s per submission" in err
+
+
+def _feedback(batch, name: str) -> str:
+    stem = "subs__" + name.removesuffix(".ipynb").replace("/", "__")
+    return (batch["tmp"] / "feedback" / f"{stem}.md").read_text()
+
+
+def test_a_feedback_file_for_every_submission(batch):
+    files = sorted(p.name for p in (batch["tmp"] / "feedback").iterdir())
+    assert len(files) == len(batch["expected"]) and all(f.endswith(".md") for f in files)
+
+
+def test_feedback_of_a_partly_wrong_submission_says_what_and_hints(batch):
+    text = _feedback(batch, f"partly_wrong/{NAMES['01']}")
+    assert "**1 of 3 points**" in text
+    assert lesson01.MESSAGES["reduce_local"].format(got=[1, 2, 3]) in text
+    assert f"💡 Hint: {lesson01.MESSAGES['reduce_hints'][0]}" in text
+    assert "not attempted yet" in text  # 1.3 was left as the stub
+
+
+def test_feedback_of_a_timeout_shows_where_it_was_stuck(batch):
+    text = _feedback(batch, f"endless_loop/{NAMES['02']}")
+    assert f"stopped after {TIMEOUT} s" in text
+    assert "launch(spin, nprocs=2)" in text and "KeyboardInterrupt" in text
+    assert "`average_gradients` is not defined" in text
+
+
+def test_feedback_of_a_dead_kernel_gives_the_exit_code(batch):
+    text = _feedback(batch, f"exits/{NAMES['03']}")
+    assert "The kernel died (exit code 3) while running code cell" in text
+    assert "Ctrl-C will not work" not in text  # ipykernel's banner is not the learner's
+
+
+def test_tampering_in_the_kernel_gains_nothing(batch):
+    text = _feedback(batch, f"tampering/{NAMES['01']}")
+    assert text.count("is the course's reference answer") == 3
+    assert "faked" not in text
+
+
+def test_stderr_output_and_warnings_cost_nothing(batch):
+    assert batch["rows"][f"noisy/{NAMES['01']}"]["points"] == "3"
+
+
+@pytest.mark.parametrize(
+    ("name", "words"),
+    [
+        (f"malformed/{NAMES['01']}", "broken JSON at line"),
+        (f"other_lesson/{NAMES['01']}", "named like lesson 01 but holds lesson 02"),
+        ("not_a_lesson/scratch.ipynb", "not one of the course's lessons"),
+    ],
+)
+def test_feedback_of_an_invalid_submission_says_why(batch, name, words):
+    text = _feedback(batch, name)
+    assert "**Status: invalid.**" in text and words in text
+
+
+# ---------------------------------------------------------------- without kernels
+
+
+def _notebook(tmp_path, name, *sources) -> Path:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(s) for s in sources]
+    path = tmp_path / name
+    nbformat.write(nb, path)
+    return path
+
+
+def test_lesson_is_told_from_the_imports_not_the_name(tmp_path):
+    imports = "from ddp_helpers.exercises import lesson03 as ex"
+    assert grading.lesson_of(_notebook(tmp_path, "mine.ipynb", imports)) == ("03", None)
+    assert (
+        grading.lesson_of(_notebook(tmp_path, "a.ipynb", "import ddp_helpers.exercises.lesson04"))[
+            0
+        ]
+        == "04"
+    )
+    lesson, why = grading.lesson_of(_notebook(tmp_path, "02_process_group.ipynb", imports))
+    assert lesson == "03" and "named like lesson 02" in why
+    two = _notebook(tmp_path, "b.ipynb", imports, "from ddp_helpers.exercises import lesson01")
+    assert "several lessons (01, 03)" in grading.lesson_of(two)[1]
+    assert (
+        "does not have"
+        in grading.lesson_of(_notebook(tmp_path, "c.ipynb", imports.replace("03", "09")))[1]
+    )
+    (tmp_path / "d.ipynb").write_text('{"cells": 3}')
+    assert "not in Jupyter's notebook format" in grading.lesson_of(tmp_path / "d.ipynb")[1]
+    (tmp_path / "e.ipynb").write_bytes(b"\xff\xfe binary")
+    assert "not UTF-8" in grading.lesson_of(tmp_path / "e.ipynb")[1]
+
+
+def test_lesson_option_makes_other_lessons_invalid(tmp_path):
+    _notebook(tmp_path, "x.ipynb", "from ddp_helpers.exercises import lesson03 as ex")
+    (sub,) = grading.find_submissions([tmp_path], lesson="01")
+    assert sub.problem == grading.MESSAGES["wrong_lesson"].format(found="03", wanted="01")
+
+
+def test_folders_are_searched_and_checkpoints_skipped(tmp_path):
+    _notebook(tmp_path, "a.ipynb", "1")
+    (tmp_path / "deep" / ".ipynb_checkpoints").mkdir(parents=True)
+    _notebook(tmp_path / "deep", "b.ipynb", "2")
+    _notebook(tmp_path / "deep" / ".ipynb_checkpoints", "b-checkpoint.ipynb", "2")
+    (tmp_path / "notes.txt").write_text("not graded: folders give their notebooks only")
+    names = [Path(s.name).name for s in grading.find_submissions([tmp_path, tmp_path / "a.ipynb"])]
+    assert names == ["a.ipynb", "b.ipynb"]
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["no/such/folder"], "No such file or folder: no/such/folder"),
+        (["empty"], "No notebooks (*.ipynb) found in empty"),
+        (["empty", "--timeout", "0"], "expected seconds above 0"),
+        (["empty", "--jobs", "0"], "--jobs must be 1 or more"),
+    ],
+)
+def test_bad_input_gets_one_clear_error(tmp_path, args, words):
+    (tmp_path / "empty").mkdir()
+    run = _grade_cli(args, cwd=tmp_path, timeout=60)
+    assert run.returncode == 2
+    assert words in run.stderr and "Traceback" not in run.stderr
+    assert not (tmp_path / "grades.csv").exists()
+
+
+def test_progress_bar_on_a_terminal():
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    stream = Terminal()
+    progress = grading.Progress(4, stream)
+    sub = grading.Submission(Path("x.ipynb"), "x.ipynb", "01")
+    progress.running = 1
+    progress.finished(grading.Row(sub, "ok", 3, 3, seconds=2.0))
+    assert "[1/4] ok         3/3    2.0 s  x.ipynb" in stream.getvalue()
+    assert "[" + "#" * 8 + "." * 22 + "] 1/4 · 1 running" in stream.getvalue()
+    plain = io.StringIO()
+    grading.Progress(4, plain).finished(grading.Row(sub, "ok", 3, 3, seconds=2.0))
+    assert "\x1b" not in plain.getvalue() and "#" not in plain.getvalue()
+
+
+def test_hidden_cases_catch_what_the_visible_check_misses():
+    def shard(n, rank, world_size):  # right for the world sizes the check shows, only
+        return lesson01.shard(n, rank, world_size) if world_size <= 5 else [rank]
+
+    assert lesson01.q1.evaluate(shard).passed
+    result = lesson01.q1.grade(shard)
+    assert result.status == "wrong" and "grader's extra cases" in result.message
+    assert lesson01.q1.grade(lesson01.shard).passed
+
+
+def test_an_answer_equal_to_everything_is_not_right():
+    class Anything:
+        def __eq__(self, other):
+            return True
+
+        def __ne__(self, other):
+            return False
+
+    assert lesson02.q1.grade(lambda world_size: Anything()).status == "wrong"
+
+
+# ---------------------------------------------------------------- the scorer alone
+
+
+def _answers(tmp_path, **answers) -> str:
+    path = tmp_path / "answers.pkl"
+    path.write_bytes(pickle.dumps({k: ("ok", cloudpickle.dumps(v)) for k, v in answers.items()}))
+    for sub in ("tmp", "score"):
+        (tmp_path / sub).mkdir(exist_ok=True)
+    return str(path)
+
+
+def test_an_answer_that_hangs_the_check_is_stopped_and_the_rest_still_scored(tmp_path):
+    def shard(n, rank, world_size):
+        while True:
+            pass
+
+    path = _answers(tmp_path, shard=shard, predict_all_reduce=lambda: [6, 6, 6])
+    results, events = worker.score(path, "01", ["1.1", "1.2", "1.3"], str(tmp_path), limit=3)
+    assert (
+        results["1.1"]["status"] == "error"
+        and "did not finish within 3 s" in results["1.1"]["message"]
+    )
+    assert results["1.2"]["status"] == "correct"
+    assert results["1.3"]["status"] == "missing"
+    assert [e["kind"] for e in events] == ["check_timeout"]
+
+
+def test_an_answer_that_kills_the_scorer_costs_only_itself(tmp_path):
+    def predict_all_reduce():
+        os._exit(9)
+
+    path = _answers(
+        tmp_path, predict_all_reduce=predict_all_reduce, predict_all_gather=lambda: [[0, 1, 2]] * 3
+    )
+    results, events = worker.score(path, "01", ["1.1", "1.2", "1.3"], str(tmp_path), limit=30)
+    assert results["1.2"] == {
+        "status": "error",
+        "message": worker.MESSAGES["check_died"].format(how="exit code 9"),
+        "hint": None,
+    }
+    assert results["1.3"]["status"] == "correct" and results["1.1"]["status"] == "missing"
+    assert [e["kind"] for e in events] == ["check_died"]
+
+
+def test_ctrl_c_stops_the_batch_and_everything_it_started(tmp_path):
+    make_submissions(tmp_path / "subs")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ddp_helpers", "grade", "subs/endless_loop", "subs/malformed"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not any(
+        "ipykernel" in " ".join(p.cmdline())
+        for p in psutil.Process(proc.pid).children(recursive=True)
+        if p.is_running()
+    ):
+        time.sleep(0.2)
+    time.sleep(3)  # into the notebook
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Interrupted: 1 of 2 graded" in err
+    rows = list(csv.DictReader(open(tmp_path / "grades.csv", newline="")))
+    assert [r["status"] for r in rows] == ["invalid"]
+    time.sleep(0.5)
+    assert not _grader_processes(tmp_path)
