@@ -6,7 +6,7 @@ PORT ?= 8888
 HOST ?= 127.0.0.1
 STAMP := $(VENV)/.installed
 
-.PHONY: lab test lint bench scaling soak setup clean
+.PHONY: lab test lint bench bench-grade scaling soak setup clean
 
 setup: $(STAMP)
 
@@ -34,6 +34,9 @@ test: $(STAMP) lint
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/launch_overhead.py
+
+bench-grade: $(STAMP)
+	$(BIN)/python benchmarks/grading.py
 
 scaling: $(STAMP)
 	$(BIN)/python benchmarks/scaling.py

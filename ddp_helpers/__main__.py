@@ -74,6 +74,13 @@ def main(argv: list[str] | None = None) -> int:
         except GradingError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
+        except OSError as exc:  # the CSV or the feedback folder
+            print(
+                f"error: cannot write {exc.filename} ({exc.strerror}): give --out and "
+                "--feedback paths in a folder you can write to.",
+                file=sys.stderr,
+            )
+            return 2
         except KeyboardInterrupt:
             return 130
         return 0

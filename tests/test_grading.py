@@ -266,10 +266,12 @@ def test_folders_are_searched_and_checkpoints_skipped(tmp_path):
         (["empty"], "No notebooks (*.ipynb) found in empty"),
         (["empty", "--timeout", "0"], "expected seconds above 0"),
         (["empty", "--jobs", "0"], "--jobs must be 1 or more"),
+        (["a.ipynb", "--out", "/proc/no/grades.csv"], "cannot write /proc/no"),
     ],
 )
 def test_bad_input_gets_one_clear_error(tmp_path, args, words):
     (tmp_path / "empty").mkdir()
+    _notebook(tmp_path, "a.ipynb", "from ddp_helpers.exercises import lesson01 as ex")
     run = _grade_cli(args, cwd=tmp_path, timeout=60)
     assert run.returncode == 2
     assert words in run.stderr and "Traceback" not in run.stderr

@@ -1,0 +1,66 @@
+"""What grading costs: each solution run by nbclient alone next to graded, then a batch.
+
+`make bench-grade`. For each solution notebook: the time to just execute it in a fresh
+kernel (nbclient, what nbgrader and otter pay at least) next to the grader's time for it
+(fresh kernel, answers taken out after every cell, checks in a separate process). Then
+the four solutions and four lessons as one batch, with --jobs 1 and --jobs 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def _nbclient_seconds(path: Path) -> float:
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(path, as_version=4)
+    started = time.monotonic()
+    client = NotebookClient(nb, timeout=300, kernel_name="python3")
+    client.extra_arguments = ["--log-level=ERROR"]  # not ipykernel's TCP warning
+    client.execute()
+    return time.monotonic() - started
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=2, help="runs per notebook (median)")
+    args = parser.parse_args()
+
+    from ddp_helpers import grading
+
+    solutions = sorted((ROOT / "solutions").glob("0*.ipynb"))
+    print(f"medians of {args.repeats} runs, one submission at a time")
+    print(f"{'notebook':<36} {'nbclient':>9} {'graded':>8} {'of which checks':>16} {'points':>7}")
+    for path in solutions:
+        (sub,) = grading.find_submissions([path])
+        alone = statistics.median(_nbclient_seconds(path) for _ in range(args.repeats))
+        rows = [grading.grade_one(sub, grading.DEFAULT_TIMEOUT) for _ in range(args.repeats)]
+        graded = statistics.median(r.seconds for r in rows)
+        checks = statistics.median(r.score_seconds for r in rows)
+        points = f"{rows[0].points}/{rows[0].max_points}"
+        print(f"{path.name:<36} {alone:>8.1f}s {graded:>7.1f}s {checks:>15.1f}s {points:>7}")
+
+    paths = [ROOT / "solutions", ROOT / "lessons"]
+    print("\nthe 4 solutions and the 4 lessons as one batch")
+    print(f"{'jobs':>4} {'wall':>8} {'per submission':>15}")
+    for jobs in (1, 2):
+        with tempfile.TemporaryDirectory() as tmp, open(Path(tmp) / "log", "w") as log:
+            started = time.monotonic()
+            rows = grading.grade(paths, Path(tmp) / "grades.csv", jobs=jobs, stream=log)
+            wall = time.monotonic() - started
+        print(f"{jobs:>4} {wall:>7.0f}s {wall / len(rows):>14.1f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
