@@ -9,7 +9,6 @@ the progress and the summary.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import importlib
 import json
@@ -81,6 +80,27 @@ MESSAGES = {
     "summary_means": "mean points per exercise (submissions that ran):",
     "summary_mean": "  {column:<32} {mean:.2f} of {max}  (n={n})",
     "wrote": "grades: {out}{feedback}",
+    "feedback": {
+        "title": "# Feedback: `{name}`",
+        "invalid": "**Status: invalid.** This file could not be graded.",
+        "score": (
+            "Lesson {lesson} · **{points} of {max_points} points** · status **{status}** · "
+            "graded in {seconds:.1f} s (limit {limit:g} s for the notebook)"
+        ),
+        "status": {
+            "ok": "The notebook ran to its end.",
+            "timeout": (
+                "The notebook, or one of its answers, ran past the time limit and was stopped."
+            ),
+            "error": "The notebook's kernel, or the grader's process running an answer, died.",
+        },
+        "table": "| exercise | points | result |",
+        "hint": "💡 Hint: {hint}",
+        "happened": "## What happened",
+        "cell_errors": "## Cells that raised an error",
+        "more_errors": "(and {count} more)",
+        "times": "Times: notebook {run:.1f} s, checks {checks:.1f} s.",
+    },
     "interrupted": (
         "Interrupted: {done} of {total} graded; {out} holds those rows. Everything the "
         "unfinished submissions started was stopped."
@@ -547,37 +567,38 @@ def write_feedback(row: Row, folder: Path, timeout: float) -> Path:
     return path
 
 
-_WHAT = {
-    "ok": "The notebook ran to its end.",
-    "timeout": "The notebook, or one of its answers, ran past the time limit and was stopped.",
-    "error": "The notebook's kernel, or the grader's process running an answer, died.",
-    "invalid": "This file could not be graded.",
-}
 _MARK = {"correct": "✅", "wrong": "❌", "error": "💥", "not_attempted": "⏳", "missing": "❔"}
 
 
 def feedback_markdown(row: Row, timeout: float) -> str:
     """The learner's feedback: score, each exercise's message and hint, what happened."""
-    sub = row.submission
-    out = [f"# Feedback: `{sub.name}`", ""]
+    from .exercises._core import MESSAGES as CHECK_MESSAGES
+
+    text, sub = MESSAGES["feedback"], row.submission
+    out = [text["title"].format(name=sub.name), ""]
     if row.status == "invalid":
-        out += [f"**Status: invalid.** {_WHAT['invalid']}", "", sub.problem or "", ""]
+        out += [text["invalid"], "", sub.problem or "", ""]
         return "\n".join(out)
     out += [
-        f"Lesson {sub.lesson} · **{row.points} of {row.max_points} points** · status "
-        f"**{row.status}** · graded in {row.seconds:.1f} s (limit {timeout:g} s for the "
-        "notebook)",
+        text["score"].format(
+            lesson=sub.lesson,
+            points=row.points,
+            max_points=row.max_points,
+            status=row.status,
+            seconds=row.seconds,
+            limit=timeout,
+        ),
         "",
-        _WHAT[row.status],
+        text["status"][row.status],
         "",
-        "| exercise | points | result |",
+        text["table"],
         "| --- | --- | --- |",
     ]
+    names = CHECK_MESSAGES["status_names"]
     for ex in row.exercises:
-        status = ex["status"].replace("_", " ")
         out.append(
             f"| {ex['id']} `{ex['name']}` | {ex.get('points', 0)} / {ex['max']} | "
-            f"{_MARK.get(ex['status'], '')} {status} |"
+            f"{_MARK.get(ex['status'], '')} {names.get(ex['status'], ex['status'])} |"
         )
     out.append("")
     for ex in row.exercises:
@@ -585,29 +606,22 @@ def feedback_markdown(row: Row, timeout: float) -> str:
         if ex.get("message"):
             out += [ex["message"], ""]
         if ex.get("hint"):
-            out += [f"💡 Hint: {ex['hint']}", ""]
+            out += [text["hint"].format(hint=ex["hint"]), ""]
     happened = [e for e in row.events if e["kind"] != "cell_error"]
     errors = [e for e in row.events if e["kind"] == "cell_error"]
     if happened:
-        out += ["## What happened", ""]
+        out += [text["happened"], ""]
         for e in happened:
             out += [e["text"], ""]
             if e.get("detail"):
                 out += ["```", e["detail"], "```", ""]
     if errors:
-        out += ["## Cells that raised an error", ""]
+        out += [text["cell_errors"], ""]
         for e in errors[:5]:
             out += [e["text"], "", "```", e.get("detail", ""), "```", ""]
         if len(errors) > 5:
-            out += [f"(and {len(errors) - 5} more)", ""]
-    with contextlib.suppress(Exception):
-        out += [
-            "---",
-            "Times: notebook "
-            + (f"{row.run_seconds:.1f} s" if row.run_seconds is not None else "-")
-            + ", checks "
-            + (f"{row.score_seconds:.1f} s" if row.score_seconds is not None else "-")
-            + ".",
-            "",
-        ]
+            out += [text["more_errors"].format(count=len(errors) - 5), ""]
+    if row.run_seconds is not None and row.score_seconds is not None:
+        times = text["times"].format(run=row.run_seconds, checks=row.score_seconds)
+        out += ["---", times, ""]
     return "\n".join(out)
