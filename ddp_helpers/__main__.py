@@ -8,6 +8,17 @@ import sys
 from .exercises import LESSONS
 
 
+def _interrupt_on_termination() -> None:
+    """SIGTERM and SIGHUP (a closed terminal) stop the grader as Ctrl-C does: cleanly."""
+    import signal
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, interrupt)
+
+
 def _positive(text: str) -> float:
     try:
         value = float(text)
@@ -47,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
         type=_positive,
         default=300.0,
         metavar="S",
-        help="seconds a notebook may run, and each exercise's check (default 300)",
+        help="seconds a notebook may run (default 300); each exercise's check gets as long, "
+        "at least 60",
     )
     grade.add_argument(
         "--jobs",
@@ -69,6 +81,11 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.jobs < 1:
             parser.error("--jobs must be 1 or more")
+        from ._grade_worker import become_subreaper, kill_descendants
+
+        # A worker killed from outside leaves its processes to this one, which stops them.
+        become_subreaper()
+        _interrupt_on_termination()
         try:
             grade_all(args.paths, args.out, args.feedback, args.timeout, args.jobs, args.lesson)
         except GradingError as exc:
@@ -83,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         except KeyboardInterrupt:
             return 130
+        finally:
+            kill_descendants()
         return 0
 
     if args.command == "export":

@@ -47,6 +47,10 @@ MESSAGES = {
         "rank waiting for one that never comes?), so it was stopped."
     ),
     "check_died": "Checking this answer ended the grader's process ({how}).",
+    "probe": (
+        "After code cell {cell} (`{first_line}`) the grader could not take the answers out "
+        "of the kernel: {how}. Cells after it were not run; answers from earlier cells count."
+    ),
     "missing": "`{name}` is not defined in this notebook (was its cell run, or renamed?).",
     "unsendable": "`{name}` could not be taken out of the notebook: {error}",
     "unloadable": "`{name}` could not be loaded by the grader: {error}",
@@ -110,6 +114,29 @@ def become_subreaper() -> None:
             ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
 
 
+def _stop_with_the_grader() -> None:
+    """SIGTERM (from the grader, or sent by Linux when the grader dies) runs the clean-up."""
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)  # unwinds through grade_submission's `finally`
+
+    signal.signal(signal.SIGTERM, stop)
+    grader = os.environ.get("DDP_HELPERS_GRADER_PID")
+    if sys.platform.startswith("linux") and grader:
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PDEATHSIG
+        if os.getppid() != int(grader):  # the grader died before the signal was armed
+            raise SystemExit(70)
+
+
+def _children() -> set[int]:
+    import psutil
+
+    return {p.pid for p in psutil.Process().children()}
+
+
 def kill_descendants(pid: int | None = None, include_self: bool = False) -> int:
     """SIGKILL every descendant of pid (default: this process) and reap them; count them."""
     import psutil
@@ -153,9 +180,12 @@ class _Kernel:
 
         self.connection_file = os.path.join(workdir, "kernel.json")
         # Unix sockets in the submission's folder: no ports to race for, nothing to reach.
-        write_connection_file(
-            self.connection_file, transport="ipc", ip=os.path.join(workdir, "kernel-ipc")
-        )
+        # Their paths must fit in 107 bytes; under a long TMPDIR, TCP on loopback instead.
+        ipc = os.path.join(workdir, "kernel-ipc")
+        if len(ipc.encode()) + 6 <= 100:
+            write_connection_file(self.connection_file, transport="ipc", ip=ipc)
+        else:
+            write_connection_file(self.connection_file, ip="127.0.0.1")
         self.log_path = os.path.join(workdir, "kernel.log")
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
@@ -188,7 +218,12 @@ class _Kernel:
         # kernel_info until the shell answers, then an empty execute until iopub shows it
         # (a subscriber that connected late would miss the first cell's messages).
         for channel_ready in (self._shell_ready, self._iopub_ready):
-            while not channel_ready():
+            while True:
+                try:
+                    if channel_ready():
+                        break
+                except TimeoutError:
+                    pass
                 if self.proc.poll() is not None:
                     raise KernelDied(_signal_name(self.proc.returncode))
                 if time.monotonic() > deadline:
@@ -338,8 +373,23 @@ def run_notebook(cells: list[str], names: list[str], workdir: str, limit: float)
                 )
             try:
                 kernel.execute(probe, max(deadline, time.monotonic() + 30), silent=True)
-            except (TimeoutError, KernelDied):
-                pass  # the next cell's execute reports a dead or stuck kernel
+            except (TimeoutError, KernelDied) as exc:
+                # Taking the answers out ran the notebook's objects' pickling code: it hung or
+                # ended the kernel. What earlier cells defined still counts.
+                how = (
+                    "it did not finish"
+                    if isinstance(exc, TimeoutError)
+                    else f"the kernel died ({exc})"
+                )
+                run["status"] = "timeout" if isinstance(exc, TimeoutError) else "error"
+                run["events"].append(
+                    {
+                        "kind": "probe",
+                        "cell": number,
+                        "text": MESSAGES["probe"].format(how=how, **where),
+                    }
+                )
+                break
     finally:
         kernel.stop()
         run["seconds"] = time.monotonic() - started
@@ -351,9 +401,17 @@ def run_notebook(cells: list[str], names: list[str], workdir: str, limit: float)
 
 def _from_course(obj) -> str | None:
     """The ddp_helpers module an answer was imported from, or None for notebook code."""
-    module = getattr(obj, "__module__", None)
-    if isinstance(module, str) and (module == "ddp_helpers" or module.startswith("ddp_helpers.")):
-        return module
+    for _ in range(10):  # functools.partial, functools.wraps, bound methods: look inside
+        module = getattr(obj, "__module__", None)
+        if isinstance(module, str) and (
+            module == "ddp_helpers" or module.startswith("ddp_helpers.")
+        ):
+            return module
+        inner = getattr(obj, "func", None) or getattr(obj, "__wrapped__", None)
+        inner = inner or getattr(obj, "__func__", None)
+        if inner is None or inner is obj:
+            return None
+        obj = inner
     return None
 
 
@@ -410,6 +468,7 @@ def score(answers_path: str, lesson: str, ids: list[str], workdir: str, limit: f
     events: list[dict] = []
     env = _child_env(workdir)
     while remaining := [i for i in ids if i not in results]:
+        before = _children()
         read_fd, write_fd = os.pipe()
         with open(os.path.join(workdir, "scorer.log"), "ab") as log:
             proc = subprocess.Popen(
@@ -429,14 +488,20 @@ def score(answers_path: str, lesson: str, ids: list[str], workdir: str, limit: f
             stopped_in, kind, text = _read_scores(proc, read_fd, limit, results)
         finally:
             os.close(read_fd)
-            kill_descendants(proc.pid, include_self=True)
+            # The scorer, and what it started (still holding the pipe, perhaps): our new
+            # children, orphans included, since this process is a subreaper.
+            for pid in _children() - before:
+                kill_descendants(pid, include_self=True)
             with contextlib.suppress(Exception):
                 proc.wait(timeout=10)
         if kind is None:
             if all(i in results for i in remaining):
                 break
             kind, text = "check_died", MESSAGES["check_died"].format(how="exit code 0")
-        # It hung or died in one exercise (or between two): that one gets the reason.
+        progressed = any(i in results for i in remaining)
+        if stopped_in is None and progressed:
+            continue  # it stopped between two exercises: a new scorer takes the rest
+        # It hung or died in one exercise, or before scoring any: that one gets the reason.
         culprit = stopped_in or next(i for i in ids if i not in results)
         results[culprit] = {"status": "error", "message": text, "hint": None}
         events.append({"kind": kind, "exercise": culprit, "text": text})
@@ -444,29 +509,52 @@ def score(answers_path: str, lesson: str, ids: list[str], workdir: str, limit: f
 
 
 def _read_scores(proc, fd: int, limit: float, results: dict) -> tuple:
-    """Read the scorer's lines into results: (exercise, kind, why) if it hung or died."""
-    buffer, current, deadline = b"", None, None
+    """Read the scorer's lines into results: (exercise, kind, why) if it hung or died.
+
+    The limit runs from the scorer's start and from each line it writes, so a scorer that
+    hangs between two exercises is stopped too; its exit is noticed even when something it
+    started still holds the pipe open.
+    """
+    state = {"buffer": b"", "current": None, "deadline": time.monotonic() + limit}
+
+    def take(chunk: bytes) -> None:
+        *lines, state["buffer"] = (state["buffer"] + chunk).split(b"\n")
+        for line in lines:
+            event = json.loads(line)
+            if event["event"] == "start":
+                state["current"] = event["id"]
+            else:
+                results[event["id"]] = {k: event[k] for k in ("status", "message", "hint")}
+                state["current"] = None
+            state["deadline"] = time.monotonic() + limit
+
+    def drain() -> bool:
+        """Read what is there; False once the pipe is closed."""
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                return True
+            if not chunk:
+                return False
+            take(chunk)
+
+    os.set_blocking(fd, False)
     while True:
-        wait = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
-        ready, _, _ = select.select([fd], [], [], wait)
-        if ready:
-            chunk = os.read(fd, 65536)
-            if not chunk:  # the scorer is gone
-                code = proc.wait()
-                if code == 0 and current is None:
-                    return None, None, ""
-                return current, "check_died", MESSAGES["check_died"].format(how=_signal_name(code))
-            buffer += chunk
-            *lines, buffer = buffer.split(b"\n")
-            for line in lines:
-                event = json.loads(line)
-                if event["event"] == "start":
-                    current, deadline = event["id"], time.monotonic() + limit
-                else:
-                    results[event["id"]] = {k: event[k] for k in ("status", "message", "hint")}
-                    current, deadline = None, None
-        elif deadline is not None and time.monotonic() >= deadline:
-            return current, "check_timeout", MESSAGES["check_timeout"].format(limit=limit)
+        wait = max(0.0, min(0.5, state["deadline"] - time.monotonic()))
+        select.select([fd], [], [], wait)
+        open_ = drain()
+        code = proc.poll()
+        if not open_ or code is not None:  # the scorer is gone (what it wrote is read)
+            code = proc.wait() if code is None else code
+            drain()
+            if code == 0 and state["current"] is None:
+                return None, None, ""
+            how = _signal_name(code)
+            return state["current"], "check_died", MESSAGES["check_died"].format(how=how)
+        if time.monotonic() >= state["deadline"]:
+            text = MESSAGES["check_timeout"].format(limit=limit)
+            return state["current"], "check_timeout", text
 
 
 def _child_env(workdir: str) -> dict:
@@ -492,6 +580,7 @@ def grade_submission(path: str, lesson: str, limit: float) -> dict:
     from .grading import read_notebook
 
     become_subreaper()
+    _stop_with_the_grader()
     exercises = importlib.import_module(LESSONS[lesson]).EXERCISES
     workdir = tempfile.mkdtemp(prefix="ddp-grade-")
     for sub in ("cwd", "tmp", "score"):
@@ -525,6 +614,7 @@ def grade_submission(path: str, lesson: str, limit: float) -> dict:
             ],
         }
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the clean-up itself is not cut short
         kill_descendants()
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -9,6 +9,7 @@ the progress and the summary.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import importlib
 import json
@@ -25,6 +26,7 @@ from .exercises import LESSONS
 
 STATUSES = ("ok", "timeout", "error", "invalid")
 DEFAULT_TIMEOUT = 300.0
+KERNEL_START = 60.0  # as _grade_worker.KERNEL_START_LIMIT; not counted in the timeout
 # The course's notebook names: a file named like one lesson must hold that lesson.
 SLUGS = {
     "01": "rank_and_world_size",
@@ -33,6 +35,7 @@ SLUGS = {
     "04": "sampler_and_checkpoint",
 }
 _IMPORT = re.compile(r"\bddp_helpers\.exercises(?:\s+import\s+|\.)lesson(\d\d)\b")
+_IMPORT_AS_EX = re.compile(r"\bddp_helpers\.exercises\s+import\s+lesson(\d\d)\s+as\s+ex\b")
 
 # Instructor- and learner-facing text of this module, in one place for translation.
 MESSAGES = {
@@ -51,8 +54,9 @@ MESSAGES = {
         "you worked in."
     ),
     "many_lessons": (
-        "This notebook imports the checks of several lessons ({lessons}); submit one "
-        "lesson per notebook."
+        "This notebook imports the checks of several lessons ({lessons}) and neither its "
+        "`... import lessonNN as ex` line nor its file name says which lesson it is; "
+        "submit one lesson per notebook."
     ),
     "unknown_lesson": "This notebook imports lesson {lesson}, which this course does not have.",
     "name_mismatch": (
@@ -70,7 +74,7 @@ MESSAGES = {
         "The grader stopped this submission after {limit:g} s in all (the notebook's limit "
         "plus every exercise's)."
     ),
-    "start": "Grading {count} submission{s} ({jobs} at a time, up to {limit:g} s each)",
+    "start": ("Grading {count} submission{s}, {jobs} at a time; each notebook may run {limit:g} s"),
     "line": "[{done:>{width}}/{total}] {status:<8} {points:>5}  {seconds:5.1f} s  {submission}",
     "summary_head": (
         "Graded {count} submission{s} in {wall:.0f} s ({per:.1f} s per submission, "
@@ -101,6 +105,7 @@ MESSAGES = {
         "more_errors": "(and {count} more)",
         "times": "Times: notebook {run:.1f} s, checks {checks:.1f} s.",
     },
+    "feedback_failed": "warning: could not write the feedback of {name}: {error}",
     "interrupted": (
         "Interrupted: {done} of {total} graded; {out} holds those rows. Everything the "
         "unfinished submissions started was stopped."
@@ -170,12 +175,20 @@ def lesson_of(path) -> tuple[str | None, str | None]:
     )
     if not found:
         return None, MESSAGES["no_lesson"]
+    named = [n for n, slug in SLUGS.items() if slug in Path(path).name]
     if len(found) > 1:
-        return None, MESSAGES["many_lessons"].format(lessons=", ".join(found))
+        # A lesson may import another's checks (to run an old one again): the lesson is
+        # the one imported `as ex`, as every lesson does, or else the one its name says.
+        as_ex = sorted(
+            {m for c in nb.cells if c.cell_type == "code" for m in _IMPORT_AS_EX.findall(c.source)}
+        )
+        chosen = as_ex if len(as_ex) == 1 else [n for n in named if n in found]
+        if len(chosen) != 1:
+            return None, MESSAGES["many_lessons"].format(lessons=", ".join(found))
+        found = chosen
     lesson = found[0]
     if lesson not in LESSONS:
         return None, MESSAGES["unknown_lesson"].format(lesson=lesson)
-    named = [n for n, slug in SLUGS.items() if slug in Path(path).name]
     if named and lesson not in named:
         return lesson, MESSAGES["name_mismatch"].format(named=named[0], found=lesson)
     return lesson, None
@@ -229,59 +242,33 @@ def _invalid_row(sub: Submission) -> Row:
     return Row(sub, "invalid", events=[{"kind": "invalid", "text": sub.problem}])
 
 
-def grade_one(sub: Submission, timeout: float, cancel: threading.Event | None = None) -> Row:
-    """Grade one submission in a worker process; always returns its Row."""
+def grade_one(
+    sub: Submission,
+    timeout: float,
+    cancel: threading.Event | None = None,
+    tmp_root: str | None = None,
+) -> Row:
+    """Grade one submission in a worker process; always returns its Row, never raises."""
     if sub.problem is not None:
         return _invalid_row(sub)
     started = time.monotonic()
-    count = len(exercises_of(sub.lesson))
-    # Backstop only: the worker enforces the limits itself and reports on them.
-    limit = timeout + count * max(timeout, 60) + 120
-    proc = subprocess.Popen(
-        [sys.executable, "-P", "-m", "ddp_helpers._grade_worker", "run"]
-        + [str(sub.path), sub.lesson, repr(float(timeout))],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,  # Ctrl-C reaches the grader, which stops the workers itself
-        env=_worker_env(),
-    )
-    result, failure = None, None
-    try:
-        out, err = _communicate(proc, limit, cancel)
-        if out is None:
-            failure = MESSAGES["worker_stuck"].format(limit=limit)
-        else:
-            lines = out.decode(errors="replace").strip().splitlines()
-            try:
-                result = json.loads(lines[-1])
-            except (IndexError, json.JSONDecodeError):
-                tail = "\n".join((err.decode(errors="replace").strip().splitlines())[-20:])
-                failure = MESSAGES["worker_failed"].format(code=proc.returncode, output=tail)
-    finally:
-        if proc.poll() is None:  # stuck or cancelled: the worker and all it started go now
-            from ._grade_worker import kill_descendants
-
-            kill_descendants(proc.pid, include_self=True)
-            proc.wait()
-    seconds = time.monotonic() - started
     exercises = exercises_of(sub.lesson)
     max_points = sum(ex.points for ex in exercises)
+    # Backstop only: the worker enforces the limits itself and reports on them.
+    limit = KERNEL_START + timeout + len(exercises) * max(timeout, 60) + 120
+    try:
+        result, failure = _run_worker(sub, timeout, limit, cancel, tmp_root)
+    except Exception as exc:  # noqa: BLE001 - the grader's own trouble costs this row only
+        result = None
+        failure = MESSAGES["worker_failed"].format(code=type(exc).__name__, output=exc)
+    seconds = time.monotonic() - started
     if result is None:
         rows = [
-            {
-                "id": ex.id,
-                "name": ex.name,
-                "max": ex.points,
-                "status": "error",
-                "message": "",
-                "hint": None,
-            }
+            {"id": ex.id, "name": ex.name, "max": ex.points, "points": 0, "status": "error"}
             for ex in exercises
         ]
-        return Row(
-            sub, "error", 0, max_points, rows, [{"kind": "grader", "text": failure}], seconds
-        )
+        events = [{"kind": "grader", "text": failure}]
+        return Row(sub, "error", 0, max_points, rows, events, seconds)
     for ex in result["exercises"]:
         ex["points"] = ex["max"] if ex["status"] == "correct" else 0
     return Row(
@@ -297,17 +284,41 @@ def grade_one(sub: Submission, timeout: float, cancel: threading.Event | None = 
     )
 
 
-def _worker_env() -> dict:
-    env = dict(os.environ)
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(
-        [here] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+def _run_worker(sub, timeout, limit, cancel, tmp_root) -> tuple:
+    """(the worker's result, None) or (None, why there is none); nothing it started survives."""
+    env = _worker_env()
+    if tmp_root is not None:
+        env["TMPDIR"] = tmp_root  # the worker's folder is made in the batch's own
+    env["DDP_HELPERS_GRADER_PID"] = str(os.getpid())
+    proc = subprocess.Popen(
+        [sys.executable, "-P", "-m", "ddp_helpers._grade_worker", "run"]
+        + [str(sub.path), sub.lesson, repr(float(timeout))],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # Ctrl-C reaches the grader, which stops the workers itself
+        env=env,
     )
-    return env
+    seen: dict[int, float] = {}  # the worker's descendants, should it die without cleaning up
+    try:
+        out, err = _communicate(proc, limit, cancel, seen)
+        if out is None:
+            return None, MESSAGES["worker_stuck"].format(limit=limit)
+        try:
+            return json.loads(out.decode(errors="replace").strip().splitlines()[-1]), None
+        except (IndexError, json.JSONDecodeError):
+            tail = "\n".join(err.decode(errors="replace").strip().splitlines()[-20:])
+            return None, MESSAGES["worker_failed"].format(code=proc.returncode, output=tail)
+    finally:
+        if proc.poll() is None:
+            _stop_worker(proc)
+        _kill_remembered(seen)
 
 
-def _communicate(proc, limit: float, cancel) -> tuple:
-    """proc's (stdout, stderr), or (None, None) past limit or on cancel (then killed)."""
+def _communicate(proc, limit: float, cancel, seen: dict) -> tuple:
+    """proc's (stdout, stderr), or (None, None) past limit or on cancel."""
+    import psutil
+
     deadline = time.monotonic() + limit
     while True:
         try:
@@ -315,6 +326,49 @@ def _communicate(proc, limit: float, cancel) -> tuple:
         except subprocess.TimeoutExpired:
             if time.monotonic() > deadline or (cancel is not None and cancel.is_set()):
                 return None, None
+        try:
+            for p in psutil.Process(proc.pid).children(recursive=True):
+                seen.setdefault(p.pid, p.create_time())
+        except psutil.Error:
+            pass
+
+
+def _stop_worker(proc) -> None:
+    """SIGTERM: the worker kills what it started and removes its folder; then SIGKILL."""
+    from ._grade_worker import kill_descendants
+
+    with contextlib.suppress(ProcessLookupError):
+        proc.terminate()
+    try:
+        proc.communicate(timeout=15)
+    except subprocess.TimeoutExpired:
+        kill_descendants(proc.pid, include_self=True)
+        proc.communicate()
+
+
+def _kill_remembered(seen: dict) -> None:
+    """Kill what a worker had started, if it outlived the worker (a worker killed by OOM)."""
+    import psutil
+
+    alive = []
+    for pid, created in seen.items():
+        try:
+            p = psutil.Process(pid)
+            if p.create_time() == created:
+                p.kill()
+                alive.append(p)
+        except psutil.Error:
+            continue
+    psutil.wait_procs(alive, timeout=5)
+
+
+def _worker_env() -> dict:
+    env = dict(os.environ)
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(
+        [here] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    )
+    return env
 
 
 # ---------------------------------------------------------------- the batch
@@ -330,25 +384,43 @@ def grade(
     stream=None,
 ) -> list[Row]:
     """Grade every submission in paths; write the CSV (and feedback); return the rows."""
+    import shutil
+    import tempfile
+
     stream = sys.stderr if stream is None else stream
     subs = find_submissions(paths, lesson)
     columns = columns_for(subs)
+    names = feedback_names(subs)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     if feedback is not None:
         Path(feedback).mkdir(parents=True, exist_ok=True)
     progress = Progress(len(subs), stream)
+    count = len(subs)
     progress.say(
-        MESSAGES["start"].format(
-            count=len(subs), s="" if len(subs) == 1 else "s", jobs=jobs, limit=timeout
-        )
+        MESSAGES["start"].format(count=count, s="" if count == 1 else "s", jobs=jobs, limit=timeout)
     )
     started = time.monotonic()
     rows: list[Row] = []
+    fatal: list[BaseException] = []
     cancel = threading.Event()
     lock = threading.Condition()
     pending = [s for s in subs if s.problem is None]
     running = 0
+    # Every worker's folder is made in this one, which goes at the end whatever happens.
+    tmp_root = tempfile.mkdtemp(prefix="ddp-grade-batch-")
+
+    def finished(row: Row) -> None:
+        rows.append(row)
+        writer.write(row)  # an OSError here (disk full) ends the batch: see `fatal`
+        if feedback is not None:
+            try:
+                write_feedback(row, Path(feedback) / names[row.submission.name], timeout)
+            except OSError as exc:
+                progress.say(
+                    MESSAGES["feedback_failed"].format(name=row.submission.name, error=exc)
+                )
+        progress.finished(row)
 
     def work():
         nonlocal running
@@ -359,50 +431,59 @@ def grade(
                 sub = pending.pop(0)
                 running += 1
                 progress.running = running
-            row = grade_one(sub, timeout, cancel)
+            row = grade_one(sub, timeout, cancel, tmp_root)
             with lock:
                 running -= 1
                 progress.running = running
-                if not cancel.is_set():
-                    rows.append(row)
-                    writer.write(row)
-                    if feedback is not None:
-                        write_feedback(row, Path(feedback), timeout)
-                    progress.finished(row)
+                try:
+                    if not cancel.is_set():
+                        finished(row)
+                except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+                    fatal.append(exc)
+                    cancel.set()
                 lock.notify_all()
 
-    with CsvWriter(out, columns) as writer:
-        for sub in subs:  # invalid ones need no kernel: their rows come first
-            if sub.problem is not None:
-                row = _invalid_row(sub)
-                rows.append(row)
-                writer.write(row)
-                if feedback is not None:
-                    write_feedback(row, Path(feedback), timeout)
-                progress.finished(row)
-        threads = [threading.Thread(target=work, daemon=True) for _ in range(max(1, jobs))]
-        for t in threads:
-            t.start()
-        try:
-            while any(t.is_alive() for t in threads):
-                with lock:
-                    lock.wait(timeout=1.0)
-                    progress.tick()
-        except KeyboardInterrupt:
-            cancel.set()
+    try:
+        with CsvWriter(out, columns) as writer:
+            for sub in subs:  # invalid ones need no kernel: their rows come first
+                if sub.problem is not None:
+                    finished(_invalid_row(sub))
+            threads = [threading.Thread(target=work, daemon=True) for _ in range(max(1, jobs))]
             for t in threads:
-                t.join()
+                t.start()
+            try:
+                while any(t.is_alive() for t in threads):
+                    with lock:
+                        lock.wait(timeout=1.0)
+                        progress.tick()
+            except KeyboardInterrupt:
+                _ignore_interrupts()  # a second Ctrl-C must not cut the clean-up short
+                cancel.set()
+                for t in threads:
+                    t.join()
+                writer.finish(rows, subs)
+                progress.done()
+                progress.say(MESSAGES["interrupted"].format(done=len(rows), total=count, out=out))
+                raise
             writer.finish(rows, subs)
-            progress.done()
-            progress.say(MESSAGES["interrupted"].format(done=len(rows), total=len(subs), out=out))
-            raise
-        writer.finish(rows, subs)
+    finally:
+        shutil.rmtree(tmp_root, ignore_errors=True)
+    if fatal:
+        raise fatal[0]
     progress.done()
     for line in summary(rows, columns, time.monotonic() - started, jobs):
         progress.say(line)
     shown = f" · feedback: {feedback}/ ({len(rows)} files)" if feedback is not None else ""
     progress.say(MESSAGES["wrote"].format(out=out, feedback=shown))
     return rows
+
+
+def _ignore_interrupts() -> None:
+    import signal
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
 
 
 class CsvWriter:
@@ -550,17 +631,25 @@ class Progress:
 # ---------------------------------------------------------------- feedback
 
 
-def feedback_name(row: Row) -> str:
-    """The feedback file of a submission: its shown path, flattened, as .md."""
-    stem = row.submission.name
-    if stem.endswith(".ipynb"):
-        stem = stem[: -len(".ipynb")]
-    stem = re.sub(r"[\\/]+", "__", stem.lstrip("./"))
-    return re.sub(r"[^\w.\-]+", "_", stem) + ".md"
+def feedback_names(subs: list[Submission]) -> dict[str, str]:
+    """Each submission's feedback file: its shown path, flattened, as .md; unique, short."""
+    import hashlib
+
+    names: dict[str, str] = {}
+    taken: set[str] = set()
+    for sub in subs:
+        stem = sub.name[: -len(".ipynb")] if sub.name.endswith(".ipynb") else sub.name
+        stem = re.sub(r"[\\/]+", "__", stem.lstrip("./"))
+        stem = re.sub(r"[^\w.\-]+", "_", stem)
+        if len(stem) > 120 or stem.lower() in taken:  # too long for a file name, or a clash
+            digest = hashlib.sha1(sub.name.encode()).hexdigest()[:8]
+            stem = f"{stem[:110]}-{digest}"
+        taken.add(stem.lower())
+        names[sub.name] = stem + ".md"
+    return names
 
 
-def write_feedback(row: Row, folder: Path, timeout: float) -> Path:
-    path = folder / feedback_name(row)
+def write_feedback(row: Row, path: Path, timeout: float) -> Path:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(feedback_markdown(row, timeout), encoding="utf-8")
     os.replace(tmp, path)

@@ -27,32 +27,25 @@ TIMEOUT = 45  # the notebooks take 5-25 s here with two graded at once
 
 
 def _grader_processes(tmp: Path) -> list[psutil.Process]:
-    """Processes a grading run may start: workers, kernels, scorers, ranks, the escapee."""
+    """Processes left by a grading run under tmp: workers, kernels, scorers, ranks, escapees.
+
+    Everything a run starts works in a folder under tmp (the grader's folder, or the
+    TMPDIR given to it), so this finds them and nothing else that runs on the machine.
+    """
     found = []
-    for p in psutil.process_iter(["cmdline", "name"]):
+    for p in psutil.process_iter():
         try:
-            cmd = " ".join(p.info["cmdline"] or [])
-            name = p.info["name"] or ""
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            if p.pid != os.getpid() and p.status() != psutil.STATUS_ZOMBIE:
+                if Path(p.cwd()).is_relative_to(tmp):
+                    found.append(p)
+        except (psutil.Error, OSError):
             continue
-        if p.pid == os.getpid():
-            continue
-        if (
-            "_grade_worker" in cmd
-            or "ddp-grade-" in cmd
-            or cmd == f"sleep {ESCAPEE_SECONDS}"
-            or (name.startswith("ddp-") and _outside_pytest(p))
-        ):
-            found.append(p)
-    return [p for p in found if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    return found
 
 
-def _outside_pytest(p: psutil.Process) -> bool:
-    # This test process has its own launcher (zygote, spares) from other tests.
-    try:
-        return os.getpid() not in [a.pid for a in p.parents()]
-    except psutil.NoSuchProcess:
-        return False
+def _env(tmp: Path) -> dict:
+    (tmp / "tmpdir").mkdir(exist_ok=True)
+    return dict(os.environ, TMPDIR=str(tmp / "tmpdir"))
 
 
 def _grade_cli(args, cwd, timeout=900):
@@ -62,6 +55,7 @@ def _grade_cli(args, cwd, timeout=900):
         capture_output=True,
         text=True,
         timeout=timeout,
+        env=_env(cwd),
     )
 
 
@@ -70,8 +64,6 @@ def batch(tmp_path_factory):
     """The four solutions, the four lessons and every fixture, graded in one batch."""
     tmp = tmp_path_factory.mktemp("grading")
     expected = make_submissions(tmp / "subs")
-    assert not _grader_processes(tmp), "a grader process is running before the batch"
-    temp_dirs = set(Path(os.environ.get("TMPDIR", "/tmp")).glob("ddp-grade-*"))
     started = time.monotonic()
     run = _grade_cli(
         ["subs", "--out", "grades.csv", "--feedback", "feedback"]
@@ -80,7 +72,7 @@ def batch(tmp_path_factory):
     )
     seconds = time.monotonic() - started
     left = _grader_processes(tmp)
-    new_dirs = set(Path(os.environ.get("TMPDIR", "/tmp")).glob("ddp-grade-*")) - temp_dirs
+    temporary = list((tmp / "tmpdir").iterdir())
     with open(tmp / "grades.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     return {
@@ -90,7 +82,7 @@ def batch(tmp_path_factory):
         "rows": {r["submission"].removeprefix("subs/"): r for r in rows},
         "order": [r["submission"] for r in rows],
         "left": left,
-        "new_dirs": new_dirs,
+        "temporary": temporary,
         "seconds": seconds,
     }
 
@@ -143,12 +135,18 @@ def test_csv_has_the_fixed_columns_then_one_per_exercise(batch):
 
 def test_no_process_or_temporary_folder_is_left(batch):
     assert not batch["left"], f"left running after grading: {batch['left']}"
-    assert not [d for d in batch["new_dirs"] if d.exists()]
+    assert not batch["temporary"], f"left in TMPDIR: {batch['temporary']}"
+    escapee = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if p.info["cmdline"] == ["sleep", ESCAPEE_SECONDS]
+    ]
+    assert not escapee, "the process the endless loop started in its own session survived"
 
 
 def test_progress_lines_and_summary_are_printed(batch):
     err = batch["run"].stderr
-    assert "Grading 16 submissions (2 at a time, up to 45 s each)" in err
+    assert "Grading 16 submissions, 2 at a time; each notebook may run 45 s" in err
     assert "[16/16]" in err and "subs/right/03_ddp_wrap.ipynb" in err
     assert "status: ok 11 · timeout 1 · error 1 · invalid 3" in err
     assert "1.1 shard" in err and "0.60 of 1  (n=5)" in err  # 3 of 5 lesson-01 runs pass 1.1
@@ -231,7 +229,8 @@ def test_lesson_is_told_from_the_imports_not_the_name(tmp_path):
     )
     lesson, why = grading.lesson_of(_notebook(tmp_path, "02_process_group.ipynb", imports))
     assert lesson == "03" and "named like lesson 02" in why
-    two = _notebook(tmp_path, "b.ipynb", imports, "from ddp_helpers.exercises import lesson01")
+    plain = "import ddp_helpers.exercises.lesson03"
+    two = _notebook(tmp_path, "b.ipynb", plain, "from ddp_helpers.exercises import lesson01")
     assert "several lessons (01, 03)" in grading.lesson_of(two)[1]
     assert (
         "does not have"
@@ -368,6 +367,7 @@ def test_ctrl_c_stops_the_batch_and_everything_it_started(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env=_env(tmp_path),
     )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not any(
@@ -383,5 +383,79 @@ def test_ctrl_c_stops_the_batch_and_everything_it_started(tmp_path):
     assert "Interrupted: 1 of 2 graded" in err
     rows = list(csv.DictReader(open(tmp_path / "grades.csv", newline="")))
     assert [r["status"] for r in rows] == ["invalid"]
-    time.sleep(0.5)
     assert not _grader_processes(tmp_path)
+    assert not list((tmp_path / "tmpdir").iterdir())
+
+
+def test_a_worker_killed_from_outside_costs_its_row_only_and_leaves_nothing(tmp_path):
+    make_submissions(tmp_path / "subs")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ddp_helpers", "grade", "subs/endless_loop", "subs/right"]
+        + ["--jobs", "2", "--timeout", "60"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(tmp_path),
+    )
+    worker_pid = None
+    deadline = time.monotonic() + 60
+    while worker_pid is None and time.monotonic() < deadline:
+        for p in psutil.Process(proc.pid).children():
+            cmd = " ".join(p.cmdline())
+            if "endless_loop" in cmd and any(
+                "ipykernel" in " ".join(c.cmdline()) for c in p.children()
+            ):
+                worker_pid = p.pid
+        time.sleep(0.2)
+    assert worker_pid is not None, "the endless loop's worker and kernel did not start"
+    time.sleep(4)  # its kernel is in the loop, with two ranks
+    os.kill(worker_pid, signal.SIGKILL)  # as the out-of-memory killer would
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    rows = {r["submission"]: r for r in csv.DictReader(open(tmp_path / "grades.csv"))}
+    assert rows["subs/endless_loop/02_process_group.ipynb"]["status"] == "error"
+    assert [r["status"] for n, r in rows.items() if "right" in n] == ["ok"] * 4
+    assert "The grader itself failed on this submission" in err or "error" in err
+    assert not _grader_processes(tmp_path)
+    assert not list((tmp_path / "tmpdir").iterdir())
+
+
+def test_an_answer_that_forks_cannot_hold_the_scorer(tmp_path):
+    def predict_all_reduce():
+        if os.fork() == 0:  # a child that keeps the result pipe open
+            time.sleep(60)
+            os._exit(0)
+        return [6, 6, 6]
+
+    path = _answers(tmp_path, predict_all_reduce=predict_all_reduce)
+    started = time.monotonic()
+    results, events = worker.score(path, "01", ["1.2"], str(tmp_path), limit=20)
+    assert time.monotonic() - started < 15
+    assert results["1.2"]["status"] == "correct" and not events
+
+
+def test_the_reference_wrapped_in_a_partial_is_still_the_reference():
+    import functools
+
+    assert (
+        worker._from_course(functools.partial(lesson01.shard)) == "ddp_helpers.exercises.lesson01"
+    )
+    assert worker._from_course(functools.wraps(lesson01.shard)(lambda *a: 0)) is not None
+    assert worker._from_course(lambda n, rank, world_size: [rank]) is None
+
+
+def test_feedback_files_never_share_a_name():
+    subs = [
+        grading.Submission(Path(n), n)
+        for n in ["a b.ipynb", "a_b.ipynb", "x/y__z.ipynb", "x__y/z.ipynb", "q" * 300 + ".ipynb"]
+    ]
+    names = grading.feedback_names(subs)
+    assert len(set(names.values())) == len(subs)
+    assert all(len(n) <= 130 and n.endswith(".md") for n in names.values())
+
+
+def test_a_lesson_that_imports_an_older_lessons_checks_is_still_itself(tmp_path):
+    both = "from ddp_helpers.exercises import lesson02 as ex\n"
+    both += "from ddp_helpers.exercises import lesson01"
+    assert grading.lesson_of(_notebook(tmp_path, "mine.ipynb", both)) == ("02", None)
