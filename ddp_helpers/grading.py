@@ -70,6 +70,11 @@ MESSAGES = {
         "The grader itself failed on this submission (exit status {code}); please report "
         "it with this output:\n{output}"
     ),
+    "worker_killed": (
+        "The process grading this submission was {how} from outside (the out-of-memory "
+        "killer, if the notebook used too much memory); everything it had started was "
+        "stopped. Grade it again on its own to see whether it repeats."
+    ),
     "worker_stuck": (
         "The grader stopped this submission after {limit:g} s in all (the notebook's limit "
         "plus every exercise's)."
@@ -307,6 +312,10 @@ def _run_worker(sub, timeout, limit, cancel, tmp_root) -> tuple:
         try:
             return json.loads(out.decode(errors="replace").strip().splitlines()[-1]), None
         except (IndexError, json.JSONDecodeError):
+            if proc.returncode < 0:  # killed from outside: the out-of-memory killer, or a person
+                from ._grade_worker import _signal_name
+
+                return None, MESSAGES["worker_killed"].format(how=_signal_name(proc.returncode))
             tail = "\n".join(err.decode(errors="replace").strip().splitlines()[-20:])
             return None, MESSAGES["worker_failed"].format(code=proc.returncode, output=tail)
     finally:
