@@ -28,6 +28,9 @@ import sys
 import tempfile
 import time
 
+from .launcher import with_this_package
+from .worker import arm_parent_death_signal, prepare
+
 KERNEL_START_LIMIT = 60.0  # seconds for a fresh kernel to answer; not counted in TIMEOUT
 INTERRUPT_GRACE = 5.0  # after the limit: time for the interrupt's traceback to arrive
 MIN_CHECK_LIMIT = 60.0  # the rank checks have their own 30 s hang detection; let it speak
@@ -122,13 +125,24 @@ def _stop_with_the_grader() -> None:
 
     signal.signal(signal.SIGTERM, stop)
     grader = os.environ.get("DDP_HELPERS_GRADER_PID")
-    if sys.platform.startswith("linux") and grader:
-        import ctypes
+    if grader:
+        prepare()
+        arm_parent_death_signal(int(grader), signal.SIGTERM)
 
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PDEATHSIG
-        if os.getppid() != int(grader):  # the grader died before the signal was armed
-            raise SystemExit(70)
+
+def _start(argv: list[str], cwd: str, env: dict, log_path: str, pass_fds=()) -> subprocess.Popen:
+    """A process of the submission's, in a session of its own, its output to a log file."""
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            pass_fds=pass_fds,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def _children() -> set[int]:
@@ -187,16 +201,12 @@ class _Kernel:
         else:
             write_connection_file(self.connection_file, ip="127.0.0.1")
         self.log_path = os.path.join(workdir, "kernel.log")
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "ipykernel_launcher", "-f", self.connection_file],
-                cwd=os.path.join(workdir, "cwd"),
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        self.proc = _start(
+            [sys.executable, "-m", "ipykernel_launcher", "-f", self.connection_file],
+            os.path.join(workdir, "cwd"),
+            env,
+            self.log_path,
+        )
         self.client = BlockingKernelClient()
         self.client.load_connection_file(self.connection_file)
         self.client.start_channels()
@@ -314,7 +324,7 @@ def run_notebook(cells: list[str], names: list[str], workdir: str, limit: float)
     answers = os.path.join(workdir, "answers.pkl")
     probe = f"exec({_PROBE!r}, {{'NAMES': {names!r}, 'PATH': {answers!r}}})"
     env = _child_env(workdir)
-    run = {"status": "ok", "events": [], "answers": answers, "cells_run": 0}
+    run = {"status": "ok", "events": [], "answers": answers}
     started = time.monotonic()
     kernel = _Kernel(workdir, env)
     try:
@@ -360,7 +370,6 @@ def run_notebook(cells: list[str], names: list[str], workdir: str, limit: float)
                     }
                 )
                 break
-            run["cells_run"] = number
             if error is not None:
                 run["events"].append(
                     {
@@ -470,19 +479,15 @@ def score(answers_path: str, lesson: str, ids: list[str], workdir: str, limit: f
     while remaining := [i for i in ids if i not in results]:
         before = _children()
         read_fd, write_fd = os.pipe()
-        with open(os.path.join(workdir, "scorer.log"), "ab") as log:
-            proc = subprocess.Popen(
-                # -P: nothing the notebook wrote into a folder can shadow a module here.
-                [sys.executable, "-P", "-m", "ddp_helpers._grade_worker", "score"]
-                + [answers_path, lesson, str(write_fd), *remaining],
-                pass_fds=[write_fd],
-                cwd=os.path.join(workdir, "score"),
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        proc = _start(
+            # -P: nothing the notebook wrote into a folder can shadow a module here.
+            [sys.executable, "-P", "-m", "ddp_helpers._grade_worker", "score"]
+            + [answers_path, lesson, str(write_fd), *remaining],
+            os.path.join(workdir, "score"),
+            env,
+            os.path.join(workdir, "scorer.log"),
+            pass_fds=(write_fd,),
+        )
         os.close(write_fd)
         try:
             stopped_in, kind, text = _read_scores(proc, read_fd, limit, results)
@@ -561,12 +566,7 @@ def _child_env(workdir: str) -> dict:
     env = dict(os.environ)
     env["TMPDIR"] = os.path.join(workdir, "tmp")  # the submission's temporary files die with it
     env.pop("DDP_HELPERS_OUTPUT", None)
-    # The grader's own copy of this package, wherever the notebook runs.
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(
-        [here] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
-    )
-    return env
+    return with_this_package(env)  # the grader's own copy, wherever the notebook runs
 
 
 # ---------------------------------------------------------------- one submission
@@ -607,8 +607,6 @@ def grade_submission(path: str, lesson: str, limit: float) -> dict:
             "events": run["events"] + check_events,
             "run_seconds": run["seconds"],
             "score_seconds": time.monotonic() - started,
-            "cells_run": run["cells_run"],
-            "cells": len(cells),
             "exercises": [
                 dict(results[ex.id], id=ex.id, name=ex.name, max=ex.points) for ex in exercises
             ],

@@ -22,11 +22,17 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ._grade_worker import (
+    KERNEL_START_LIMIT,
+    MIN_CHECK_LIMIT,
+    _signal_name,
+    kill_descendants,
+)
 from .exercises import LESSONS
+from .launcher import with_this_package
 
 STATUSES = ("ok", "timeout", "error", "invalid")
 DEFAULT_TIMEOUT = 300.0
-KERNEL_START = 60.0  # as _grade_worker.KERNEL_START_LIMIT; not counted in the timeout
 # The course's notebook names: a file named like one lesson must hold that lesson.
 SLUGS = {
     "01": "rank_and_world_size",
@@ -260,7 +266,7 @@ def grade_one(
     exercises = exercises_of(sub.lesson)
     max_points = sum(ex.points for ex in exercises)
     # Backstop only: the worker enforces the limits itself and reports on them.
-    limit = KERNEL_START + timeout + len(exercises) * max(timeout, 60) + 120
+    limit = KERNEL_START_LIMIT + timeout + len(exercises) * max(timeout, MIN_CHECK_LIMIT) + 120
     try:
         result, failure = _run_worker(sub, timeout, limit, cancel, tmp_root)
     except Exception as exc:  # noqa: BLE001 - the grader's own trouble costs this row only
@@ -291,7 +297,7 @@ def grade_one(
 
 def _run_worker(sub, timeout, limit, cancel, tmp_root) -> tuple:
     """(the worker's result, None) or (None, why there is none); nothing it started survives."""
-    env = _worker_env()
+    env = with_this_package(dict(os.environ))
     if tmp_root is not None:
         env["TMPDIR"] = tmp_root  # the worker's folder is made in the batch's own
     env["DDP_HELPERS_GRADER_PID"] = str(os.getpid())
@@ -313,8 +319,6 @@ def _run_worker(sub, timeout, limit, cancel, tmp_root) -> tuple:
             return json.loads(out.decode(errors="replace").strip().splitlines()[-1]), None
         except (IndexError, json.JSONDecodeError):
             if proc.returncode < 0:  # killed from outside: the out-of-memory killer, or a person
-                from ._grade_worker import _signal_name
-
                 return None, MESSAGES["worker_killed"].format(how=_signal_name(proc.returncode))
             tail = "\n".join(err.decode(errors="replace").strip().splitlines()[-20:])
             return None, MESSAGES["worker_failed"].format(code=proc.returncode, output=tail)
@@ -344,8 +348,6 @@ def _communicate(proc, limit: float, cancel, seen: dict) -> tuple:
 
 def _stop_worker(proc) -> None:
     """SIGTERM: the worker kills what it started and removes its folder; then SIGKILL."""
-    from ._grade_worker import kill_descendants
-
     with contextlib.suppress(ProcessLookupError):
         proc.terminate()
     try:
@@ -369,15 +371,6 @@ def _kill_remembered(seen: dict) -> None:
         except psutil.Error:
             continue
     psutil.wait_procs(alive, timeout=5)
-
-
-def _worker_env() -> dict:
-    env = dict(os.environ)
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(
-        [here] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
-    )
-    return env
 
 
 # ---------------------------------------------------------------- the batch

@@ -142,6 +142,13 @@ class Results(tuple):
 # ---------------------------------------------------------------- the zygote client
 
 
+def with_this_package(env: dict) -> dict:
+    """env with this copy of ddp_helpers first on PYTHONPATH, for the processes it starts."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    rest = [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []
+    return dict(env, PYTHONPATH=os.pathsep.join([here, *rest]))
+
+
 class _ZygoteClient:
     """The kernel's handle on its zygote process (see _zygote.py)."""
 
@@ -154,10 +161,7 @@ class _ZygoteClient:
         env["OMP_NUM_THREADS"] = "1"
         # Read once, when torch loads; see _rank_env.
         env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
-        env["PYTHONPATH"] = os.pathsep.join(
-            [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
-            + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
-        )
+        env = with_this_package(env)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "ddp_helpers._zygote", str(child.fileno())],
             pass_fds=[child.fileno()],

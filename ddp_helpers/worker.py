@@ -34,11 +34,11 @@ def prepare() -> None:
             _libc = None
 
 
-def arm_parent_death_signal(parent_pid: int) -> None:
-    """Have the OS kill this process when the zygote dies (Linux), so no rank outlives it."""
+def arm_parent_death_signal(parent_pid: int, sig: int = signal.SIGKILL) -> None:
+    """Have the OS signal this process when its parent dies (Linux), so none outlives it."""
     if _libc is not None:
-        _libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent_pid:  # the zygote died before the signal was armed
+        _libc.prctl(1, sig, 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent_pid:  # the parent died before the signal was armed
         os._exit(70)
 
 
