@@ -87,6 +87,19 @@ MESSAGES = {
     ),
     "start": ("Grading {count} submission{s}, {jobs} at a time; each notebook may run {limit:g} s"),
     "line": "[{done:>{width}}/{total}] {status:<8} {points:>5}  {seconds:5.1f} s  {submission}",
+    "retrying": (
+        "{count} submission{s} ran past the limit while others were being graded; "
+        "grading {them} again, one at a time, so that a busy machine cannot cost points"
+    ),
+    "retried": (
+        "The first try ran past the {limit:g} s limit after {first:.1f} s while {others} "
+        "other submission{s} shared the machine, so it was graded again alone; this is "
+        "the result of that second try."
+    ),
+    "not_retried": (
+        "This notebook ran past the limit while other submissions shared the machine; the "
+        "batch was interrupted before it could be graded again alone."
+    ),
     "summary_head": (
         "Graded {count} submission{s} in {wall:.0f} s ({per:.1f} s per submission, "
         "{jobs} at a time)."
@@ -385,7 +398,12 @@ def grade(
     lesson: str | None = None,
     stream=None,
 ) -> list[Row]:
-    """Grade every submission in paths; write the CSV (and feedback); return the rows."""
+    """Grade every submission in paths; write the CSV (and feedback); return the rows.
+
+    The rows come back in submission order. A submission that runs past the limit while
+    others are graded beside it (jobs > 1) is graded again alone once the rest are done:
+    on a busy machine a fair verdict needs a run of its own.
+    """
     import shutil
     import tempfile
 
@@ -409,6 +427,8 @@ def grade(
     lock = threading.Condition()
     pending = [s for s in subs if s.problem is None]
     running = 0
+    crowd: dict[str, int] = {}  # submission -> most submissions graded at once during its run
+    first_tries: dict[str, tuple[Row, int]] = {}  # timed out in a crowd: (row, crowd size)
     # Every worker's folder is made in this one, which goes at the end whatever happens.
     tmp_root = tempfile.mkdtemp(prefix="ddp-grade-batch-")
 
@@ -424,7 +444,7 @@ def grade(
                 )
         progress.finished(row)
 
-    def work():
+    def work(alone: bool):
         nonlocal running
         while not cancel.is_set():
             with lock:
@@ -432,37 +452,79 @@ def grade(
                     return
                 sub = pending.pop(0)
                 running += 1
+                crowd[sub.name] = running
+                for name in crowd:
+                    crowd[name] = max(crowd[name], running)
                 progress.running = running
             row = grade_one(sub, timeout, cancel, tmp_root)
             with lock:
                 running -= 1
                 progress.running = running
+                peak = crowd.pop(sub.name)
                 try:
-                    if not cancel.is_set():
+                    if cancel.is_set():
+                        pass
+                    elif row.status == "timeout" and peak > 1 and not alone:
+                        # Others shared the CPUs: a fair verdict needs a run on its own.
+                        first_tries[sub.name] = (row, peak)
+                    else:
+                        if sub.name in first_tries:
+                            first, peak = first_tries[sub.name]
+                            others = peak - 1
+                            note = MESSAGES["retried"].format(
+                                limit=timeout,
+                                first=first.seconds,
+                                others=others,
+                                s="" if others == 1 else "s",
+                            )
+                            row.events.insert(0, {"kind": "retried", "text": note})
+                            row.seconds += first.seconds
                         finished(row)
                 except BaseException as exc:  # noqa: BLE001 - reported by the main thread
                     fatal.append(exc)
                     cancel.set()
                 lock.notify_all()
 
+    def run_workers(count: int, alone: bool) -> None:
+        threads = [threading.Thread(target=work, args=(alone,), daemon=True) for _ in range(count)]
+        for t in threads:
+            t.start()
+        try:
+            while any(t.is_alive() for t in threads):
+                with lock:
+                    lock.wait(timeout=1.0)
+                    progress.tick()
+        except KeyboardInterrupt:
+            _ignore_interrupts()  # a second Ctrl-C must not cut the clean-up short
+            cancel.set()
+            for t in threads:
+                t.join()
+            raise
+
     try:
         with CsvWriter(out, columns) as writer:
             for sub in subs:  # invalid ones need no kernel: their rows come first
                 if sub.problem is not None:
                     finished(_invalid_row(sub))
-            threads = [threading.Thread(target=work, daemon=True) for _ in range(max(1, jobs))]
-            for t in threads:
-                t.start()
             try:
-                while any(t.is_alive() for t in threads):
-                    with lock:
-                        lock.wait(timeout=1.0)
-                        progress.tick()
+                run_workers(max(1, jobs), alone=False)
+                if first_tries and not cancel.is_set():
+                    again = len(first_tries)
+                    pending[:] = [s for s in subs if s.name in first_tries]
+                    progress.say(
+                        MESSAGES["retrying"].format(
+                            count=again,
+                            s="" if again == 1 else "s",
+                            them="it" if again == 1 else "them",
+                        )
+                    )
+                    run_workers(1, alone=True)
             except KeyboardInterrupt:
-                _ignore_interrupts()  # a second Ctrl-C must not cut the clean-up short
-                cancel.set()
-                for t in threads:
-                    t.join()
+                graded = {r.submission.name for r in rows}
+                for name, (row, _) in first_tries.items():  # keep what the first try found
+                    if name not in graded:
+                        row.events.insert(0, {"kind": "retried", "text": MESSAGES["not_retried"]})
+                        finished(row)
                 writer.finish(rows, subs)
                 progress.done()
                 progress.say(MESSAGES["interrupted"].format(done=len(rows), total=count, out=out))
@@ -477,7 +539,8 @@ def grade(
         progress.say(line)
     shown = f" · feedback: {feedback}/ ({len(rows)} files)" if feedback is not None else ""
     progress.say(MESSAGES["wrote"].format(out=out, feedback=shown))
-    return rows
+    order = {s.name: i for i, s in enumerate(subs)}
+    return sorted(rows, key=lambda r: order[r.submission.name])
 
 
 def _ignore_interrupts() -> None:

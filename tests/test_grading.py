@@ -149,6 +149,8 @@ def test_progress_lines_and_summary_are_printed(batch):
     assert "Grading 16 submissions, 2 at a time; each notebook may run 45 s" in err
     assert "[16/16]" in err and "subs/right/03_ddp_wrap.ipynb" in err
     assert "status: ok 11 · timeout 1 · error 1 · invalid 3" in err
+    # The endless loop timed out beside another submission, so it was graded again alone.
+    assert "ran past the limit while others were being graded; grading" in err
     assert "1.1 shard" in err and "0.60 of 1  (n=5)" in err  # 3 of 5 lesson-01 runs pass 1.1
     assert "s per submission" in err
 
@@ -176,6 +178,7 @@ def test_feedback_of_a_timeout_shows_where_it_was_stuck(batch):
     assert f"stopped after {TIMEOUT} s" in text
     assert "launch(spin, nprocs=2)" in text and "KeyboardInterrupt" in text
     assert "`average_gradients` is not defined" in text
+    assert "so it was graded again alone; this is the result of that second try" in text
 
 
 def test_feedback_of_a_dead_kernel_gives_the_exit_code(batch):
@@ -357,6 +360,92 @@ def test_an_answer_that_kills_the_scorer_costs_only_itself(tmp_path):
     }
     assert results["1.3"]["status"] == "correct" and results["1.1"]["status"] == "missing"
     assert [e["kind"] for e in events] == ["check_died"]
+
+
+def _fake_grading(monkeypatch, slow: str, always: bool = False, seconds: float = 0.3) -> list:
+    """grade_one replaced: `slow` times out when another submission runs beside it (always).
+
+    Returns the calls made, as (submission name, how many ran at once at any time).
+    """
+    import threading
+
+    lock, running, calls = threading.Lock(), [0], []
+    exercises = grading.exercises_of("01")
+
+    def fake(sub, timeout, cancel=None, tmp_root=None):
+        with lock:
+            running[0] += 1
+        crowd = running[0]
+        time.sleep(seconds)
+        with lock:
+            crowd = max(crowd, running[0])
+            running[0] -= 1
+        calls.append((sub.name, crowd))
+        timed_out = sub.name.startswith(slow) and (crowd > 1 or always)
+        results = [
+            {
+                "id": e.id,
+                "name": e.name,
+                "max": e.points,
+                "points": 0 if timed_out else 1,
+                "status": "not_attempted" if timed_out else "correct",
+            }
+            for e in exercises
+        ]
+        points = sum(r["points"] for r in results)
+        status = "timeout" if timed_out else "ok"
+        return grading.Row(sub, status, points, len(exercises), results, [], seconds)
+
+    monkeypatch.setattr(grading, "grade_one", fake)
+    return calls
+
+
+def _three_copies(tmp_path) -> list[str]:
+    for who in ("a", "b", "c"):
+        (tmp_path / who).mkdir()
+        (tmp_path / who / NAMES["01"]).write_bytes((ROOT / "solutions" / NAMES["01"]).read_bytes())
+    return [str(tmp_path / who) for who in ("a", "b", "c")]
+
+
+def test_a_timeout_beside_other_submissions_is_graded_again_alone(tmp_path, monkeypatch):
+    calls = _fake_grading(monkeypatch, slow=str(tmp_path / "b"))
+    err = io.StringIO()
+    rows = grading.grade(
+        _three_copies(tmp_path),
+        out=tmp_path / "g.csv",
+        feedback=tmp_path / "fb",
+        jobs=2,
+        timeout=5,
+        stream=err,
+    )
+    b = [c for c in calls if c[0].startswith(str(tmp_path / "b"))]
+    assert [crowd for _, crowd in b] == [2, 1], calls  # beside a, then alone
+    row = next(r for r in rows if r.submission.name.startswith(str(tmp_path / "b")))
+    assert (row.status, row.points) == ("ok", 3)
+    assert row.seconds == pytest.approx(0.6)  # both tries are counted in its time
+    assert "1 submission ran past the limit while others were being graded; grading it again" in (
+        err.getvalue()
+    )
+    csv_rows = list(csv.DictReader(open(tmp_path / "g.csv", newline="")))
+    assert [r["status"] for r in csv_rows] == ["ok", "ok", "ok"]
+    feedback = "\n".join(p.read_text() for p in (tmp_path / "fb").iterdir())
+    assert feedback.count("so it was graded again alone") == 1
+    assert "after 0.3 s while 1 other submission shared the machine" in feedback
+
+
+@pytest.mark.parametrize(("jobs", "tries"), [(1, 1), (2, 2)])
+def test_a_timeout_alone_is_final(tmp_path, monkeypatch, jobs, tries):
+    calls = _fake_grading(monkeypatch, slow=str(tmp_path / "b"), always=True)
+    err = io.StringIO()
+    rows = grading.grade(
+        _three_copies(tmp_path), out=tmp_path / "g.csv", jobs=jobs, timeout=5, stream=err
+    )
+    b = [crowd for name, crowd in calls if name.startswith(str(tmp_path / "b"))]
+    assert len(b) == tries and b[-1] == 1  # with one job its only try was alone already
+    assert [r.status for r in rows] == ["ok", "timeout", "ok"]
+    notes = [e["kind"] for e in rows[1].events]
+    assert notes == (["retried"] if jobs == 2 else [])
+    assert ("grading it again" in err.getvalue()) == (jobs == 2)
 
 
 def test_ctrl_c_stops_the_batch_and_everything_it_started(tmp_path):
