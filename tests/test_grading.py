@@ -362,17 +362,27 @@ def test_an_answer_that_kills_the_scorer_costs_only_itself(tmp_path):
     assert [e["kind"] for e in events] == ["check_died"]
 
 
-def _fake_grading(monkeypatch, slow: str, always: bool = False, seconds: float = 0.3) -> list:
+def _fake_grading(
+    monkeypatch, slow: str, always: bool = False, seconds: float = 0.3, ctrl_c: str | None = None
+) -> list:
     """grade_one replaced: `slow` times out when another submission runs beside it (always).
 
-    Returns the calls made, as (submission name, how many ran at once at any time).
+    Grading `ctrl_c` presses Ctrl-C. Returns the calls made, as (submission name, how
+    many ran at once at any time).
     """
+    import _thread
     import threading
 
     lock, running, calls = threading.Lock(), [0], []
     exercises = grading.exercises_of("01")
 
     def fake(sub, timeout, cancel=None, tmp_root=None):
+        if ctrl_c is not None and sub.name.startswith(ctrl_c):
+            while not any(name.startswith(slow) for name, _ in calls):
+                time.sleep(0.01)
+            time.sleep(0.5)  # the grader has taken in slow's first try
+            _thread.interrupt_main()
+            cancel.wait(10)  # as the real one does, it stops when the grader says so
         with lock:
             running[0] += 1
         crowd = running[0]
@@ -446,6 +456,36 @@ def test_a_timeout_alone_is_final(tmp_path, monkeypatch, jobs, tries):
     notes = [e["kind"] for e in rows[1].events]
     assert notes == (["retried"] if jobs == 2 else [])
     assert ("grading it again" in err.getvalue()) == (jobs == 2)
+
+
+def test_ctrl_c_before_the_second_try_keeps_the_first(tmp_path, monkeypatch):
+    # a and b run together and b times out; Ctrl-C comes while c runs, before b's retry.
+    _fake_grading(monkeypatch, slow=str(tmp_path / "b"), ctrl_c=str(tmp_path / "c"))
+    handlers = {
+        sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    }
+    err = io.StringIO()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            grading.grade(
+                _three_copies(tmp_path),
+                out=tmp_path / "g.csv",
+                feedback=tmp_path / "fb",
+                jobs=2,
+                timeout=5,
+                stream=err,
+            )
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    rows = list(csv.DictReader(open(tmp_path / "g.csv", newline="")))
+    assert [(Path(r["submission"]).parent.name, r["status"]) for r in rows] == [
+        ("a", "ok"),
+        ("b", "timeout"),
+    ]
+    assert "Interrupted: 2 of 3 graded" in err.getvalue()
+    text = "\n".join(p.read_text() for p in (tmp_path / "fb").iterdir())
+    assert "the batch was interrupted before it could be graded again alone" in text
 
 
 def test_ctrl_c_stops_the_batch_and_everything_it_started(tmp_path):
