@@ -417,17 +417,22 @@ def _three_copies(tmp_path) -> list[str]:
     return [str(tmp_path / who) for who in ("a", "b", "c")]
 
 
-def test_a_timeout_beside_other_submissions_is_graded_again_alone(tmp_path, monkeypatch):
-    calls = _fake_grading(monkeypatch, slow=str(tmp_path / "b"))
-    err = io.StringIO()
-    rows = grading.grade(
+def _grade_three(tmp_path, jobs: int, err) -> list:
+    """Copies a, b, c of solution 01 graded (by the fake) into g.csv and fb/."""
+    return grading.grade(
         _three_copies(tmp_path),
         out=tmp_path / "g.csv",
         feedback=tmp_path / "fb",
-        jobs=2,
+        jobs=jobs,
         timeout=5,
         stream=err,
     )
+
+
+def test_a_timeout_beside_other_submissions_is_graded_again_alone(tmp_path, monkeypatch):
+    calls = _fake_grading(monkeypatch, slow=str(tmp_path / "b"))
+    err = io.StringIO()
+    rows = _grade_three(tmp_path, 2, err)
     b = [c for c in calls if c[0].startswith(str(tmp_path / "b"))]
     assert [crowd for _, crowd in b] == [2, 1], calls  # beside a, then alone
     row = next(r for r in rows if r.submission.name.startswith(str(tmp_path / "b")))
@@ -447,9 +452,7 @@ def test_a_timeout_beside_other_submissions_is_graded_again_alone(tmp_path, monk
 def test_a_timeout_alone_is_final(tmp_path, monkeypatch, jobs, tries):
     calls = _fake_grading(monkeypatch, slow=str(tmp_path / "b"), always=True)
     err = io.StringIO()
-    rows = grading.grade(
-        _three_copies(tmp_path), out=tmp_path / "g.csv", jobs=jobs, timeout=5, stream=err
-    )
+    rows = _grade_three(tmp_path, jobs, err)
     b = [crowd for name, crowd in calls if name.startswith(str(tmp_path / "b"))]
     assert len(b) == tries and b[-1] == 1  # with one job its only try was alone already
     assert [r.status for r in rows] == ["ok", "timeout", "ok"]
@@ -467,14 +470,7 @@ def test_ctrl_c_before_the_second_try_keeps_the_first(tmp_path, monkeypatch):
     err = io.StringIO()
     try:
         with pytest.raises(KeyboardInterrupt):
-            grading.grade(
-                _three_copies(tmp_path),
-                out=tmp_path / "g.csv",
-                feedback=tmp_path / "fb",
-                jobs=2,
-                timeout=5,
-                stream=err,
-            )
+            _grade_three(tmp_path, 2, err)
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
