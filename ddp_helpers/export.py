@@ -25,7 +25,7 @@ MESSAGES = {
 
 HEADER = '''"""Training script exported from {nb} by `python -m ddp_helpers export`.
 
-Start it with torchrun, which sets RANK, LOCAL_RANK and WORLD_SIZE for every process:
+Start it with torchrun, which sets RANK, LOCAL_RANK, LOCAL_WORLD_SIZE and WORLD_SIZE:
     torchrun --standalone --nproc-per-node 2 {name}
 """
 '''

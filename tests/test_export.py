@@ -78,6 +78,29 @@ def test_the_exported_script_trains_checkpoints_resumes_and_matches_the_notebook
     assert diff < 1e-6, diff
 
 
+@pytest.mark.parametrize(
+    ("gpus", "local_world", "backend"),
+    [(8, "8", "nccl"), (4, "8", "gloo"), (0, "2", "gloo")],
+)
+def test_the_script_picks_nccl_by_the_gpus_of_its_own_machine(
+    tmp_path, monkeypatch, gpus, local_world, backend
+):
+    # 2 nodes x 8 ranks: WORLD_SIZE 16, but each machine needs only its own 8 GPUs.
+    script = tmp_path / "train.py"
+    assert export(SOLUTION, script).returncode == 0
+    code = runpy.run_path(str(script), run_name="exported")
+    chosen = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda index: None)
+    monkeypatch.setattr(torch.distributed, "init_process_group", chosen.append)
+    env = {"RANK": "9", "LOCAL_RANK": "1", "WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": local_world}
+    monkeypatch.setattr(os, "environ", dict(os.environ, **env))
+    device = code["setup"]()
+    assert chosen == [backend]
+    assert str(device) == ("cuda:1" if backend == "nccl" else "cpu")
+
+
 def test_exporting_an_unfinished_lesson_names_the_missing_exercise(tmp_path):
     result = export(LESSON, tmp_path / "train.py")
     assert result.returncode == 2
