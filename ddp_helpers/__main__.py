@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from .exercises import LESSONS
+from .grading import DEFAULT_TIMEOUT
 
 
 def _interrupt_on_termination() -> None:
@@ -33,10 +34,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ddp_helpers", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     build = commands.add_parser("build", help="write lessons/ from solutions/")
-    build.add_argument(
+    how = build.add_mutually_exclusive_group()
+    how.add_argument(
         "--check", action="store_true", help="write nothing; fail if lessons/ is out of date"
     )
-    build.add_argument(
+    how.add_argument(
         "--execute",
         action="store_true",
         help="first run every solution notebook and store its outputs",
@@ -56,10 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument(
         "--timeout",
         type=_positive,
-        default=300.0,
+        default=DEFAULT_TIMEOUT,
         metavar="S",
-        help="seconds a notebook may run (default 300); each exercise's check gets as long, "
-        "at least 60",
+        help="seconds a notebook may run (default %(default)g); each exercise's check gets "
+        "as long, at least 60",
     )
     grade.add_argument(
         "--jobs",
@@ -91,10 +93,11 @@ def main(argv: list[str] | None = None) -> int:
         except GradingError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        except OSError as exc:  # the CSV or the feedback folder
+        except OSError as exc:  # the CSV, the feedback folder, or the temporary folder
+            where = exc.filename or f"{args.out} or the temporary folder (TMPDIR)"
             print(
-                f"error: cannot write {exc.filename} ({exc.strerror}): give --out and "
-                "--feedback paths in a folder you can write to.",
+                f"error: cannot write {where} ({exc.strerror or exc}): give --out and "
+                "--feedback paths in a folder you can write to, with free space.",
                 file=sys.stderr,
             )
             return 2

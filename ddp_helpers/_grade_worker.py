@@ -426,12 +426,9 @@ def _from_course(obj) -> str | None:
 
 def score_answers(answers_path: str, lesson: str, ids: list[str], out) -> None:
     """The scorer process: each exercise's Result as a JSON line on `out`."""
-    import importlib
+    from .exercises import exercises_of
 
-    from .exercises import LESSONS
-
-    module = importlib.import_module(LESSONS[lesson])
-    exercises = {ex.id: ex for ex in module.EXERCISES}
+    exercises = {ex.id: ex for ex in exercises_of(lesson)}
     try:
         with open(answers_path, "rb") as f:
             found = pickle.load(f)
@@ -572,16 +569,37 @@ def _child_env(workdir: str) -> dict:
 # ---------------------------------------------------------------- one submission
 
 
+def read_notebook(path):
+    """The notebook at path, as nbformat v4; raises ValueError saying why it is not one."""
+    import nbformat
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 text: {exc.reason}") from None
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"broken JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+        ) from None
+    try:
+        nb = nbformat.reads(text, as_version=4)
+        nbformat.validate(nb)
+    except Exception as exc:  # noqa: BLE001 - nbformat raises many kinds; all mean "not one"
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"not in Jupyter's notebook format: {first[:200]}") from None
+    return nb
+
+
 def grade_submission(path: str, lesson: str, limit: float) -> dict:
     """Run and score one notebook; nothing it started is left when this returns."""
-    import importlib
-
-    from .exercises import LESSONS
-    from .grading import read_notebook
+    from .exercises import exercises_of
 
     become_subreaper()
     _stop_with_the_grader()
-    exercises = importlib.import_module(LESSONS[lesson]).EXERCISES
+    exercises = exercises_of(lesson)
     workdir = tempfile.mkdtemp(prefix="ddp-grade-")
     for sub in ("cwd", "tmp", "score"):
         os.mkdir(os.path.join(workdir, sub))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import importlib
 import json
 import os
 import re
@@ -27,8 +26,9 @@ from ._grade_worker import (
     MIN_CHECK_LIMIT,
     _signal_name,
     kill_descendants,
+    read_notebook,
 )
-from .exercises import LESSONS
+from .exercises import LESSONS, exercises_of
 from .launcher import with_this_package
 
 STATUSES = ("ok", "timeout", "error", "invalid")
@@ -76,6 +76,9 @@ MESSAGES = {
         "The grader itself failed on this submission (exit status {code}); please report "
         "it with this output:\n{output}"
     ),
+    "grader_raised": (
+        "The grader itself failed on this submission; please report it with this error: {error}"
+    ),
     "worker_killed": (
         "The process grading this submission was {how} from outside (the out-of-memory "
         "killer, if the notebook used too much memory); everything it had started was "
@@ -92,7 +95,7 @@ MESSAGES = {
         "grading {them} again, one at a time, so that a busy machine cannot cost points"
     ),
     "retried": (
-        "The first try ran past the {limit:g} s limit after {first:.1f} s while {others} "
+        "The first try was stopped at its time limit ({first:.1f} s in all) while {others} "
         "other submission{s} shared the machine, so it was graded again alone; this is "
         "the result of that second try."
     ),
@@ -101,7 +104,7 @@ MESSAGES = {
         "batch was interrupted before it could be graded again alone."
     ),
     "summary_head": (
-        "Graded {count} submission{s} in {wall:.0f} s ({per:.1f} s per submission, "
+        "Graded {count} submission{s} in {wall:.0f} s ({per:.1f} s per notebook run, "
         "{jobs} at a time)."
     ),
     "summary_status": "status: {counts}",
@@ -165,29 +168,6 @@ class Row:
 # ---------------------------------------------------------------- finding submissions
 
 
-def read_notebook(path):
-    """The notebook at path, as nbformat v4; raises ValueError saying why it is not one."""
-    import nbformat
-
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"not UTF-8 text: {exc.reason}") from None
-    try:
-        json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(
-            f"broken JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
-        ) from None
-    try:
-        nb = nbformat.reads(text, as_version=4)
-        nbformat.validate(nb)
-    except Exception as exc:  # noqa: BLE001 - nbformat raises many kinds; all mean "not one"
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ValueError(f"not in Jupyter's notebook format: {first[:200]}") from None
-    return nb
-
-
 def lesson_of(path) -> tuple[str | None, str | None]:
     """(lesson, None) for a lesson notebook, or (lesson or None, why it is invalid)."""
     try:
@@ -249,10 +229,6 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
-def exercises_of(lesson: str) -> list:
-    return importlib.import_module(LESSONS[lesson]).EXERCISES
-
-
 def columns_for(subs: list[Submission]) -> list[tuple[str, str]]:
     """(lesson, column name) of every exercise of the lessons in the batch, in order."""
     lessons = sorted({s.lesson for s in subs if s.lesson and s.problem is None})
@@ -284,7 +260,7 @@ def grade_one(
         result, failure = _run_worker(sub, timeout, limit, cancel, tmp_root)
     except Exception as exc:  # noqa: BLE001 - the grader's own trouble costs this row only
         result = None
-        failure = MESSAGES["worker_failed"].format(code=type(exc).__name__, output=exc)
+        failure = MESSAGES["grader_raised"].format(error=f"{type(exc).__name__}: {exc}")
     seconds = time.monotonic() - started
     if result is None:
         rows = [
@@ -426,9 +402,9 @@ def grade(
     cancel = threading.Event()
     lock = threading.Condition()
     pending = [s for s in subs if s.problem is None]
-    running = 0
-    crowd: dict[str, int] = {}  # submission -> most submissions graded at once during its run
+    crowd: dict[str, int] = {}  # submission being graded -> most graded at once during its run
     first_tries: dict[str, tuple[Row, int]] = {}  # timed out in a crowd: (row, crowd size)
+    handlers = _interrupt_handlers()  # put back at the end: Ctrl-C ignores them meanwhile
     # Every worker's folder is made in this one, which goes at the end whatever happens.
     tmp_root = tempfile.mkdtemp(prefix="ddp-grade-batch-")
 
@@ -444,35 +420,32 @@ def grade(
                 )
         progress.finished(row)
 
-    def work(alone: bool):
-        nonlocal running
+    def work():
         while not cancel.is_set():
             with lock:
                 if not pending:
                     return
                 sub = pending.pop(0)
-                running += 1
-                crowd[sub.name] = running
+                crowd[sub.name] = 0
                 for name in crowd:
-                    crowd[name] = max(crowd[name], running)
-                progress.running = running
+                    crowd[name] = max(crowd[name], len(crowd))
+                progress.running = len(crowd)
             row = grade_one(sub, timeout, cancel, tmp_root)
             with lock:
-                running -= 1
-                progress.running = running
                 peak = crowd.pop(sub.name)
+                progress.running = len(crowd)
                 try:
                     if cancel.is_set():
                         pass
-                    elif row.status == "timeout" and peak > 1 and not alone:
-                        # Others shared the CPUs: a fair verdict needs a run on its own.
+                    elif row.status == "timeout" and peak > 1:
+                        # Others shared the CPUs: a fair verdict needs a run on its own
+                        # (which the second phase, one at a time, gives).
                         first_tries[sub.name] = (row, peak)
                     else:
                         if sub.name in first_tries:
                             first, peak = first_tries[sub.name]
                             others = peak - 1
                             note = MESSAGES["retried"].format(
-                                limit=timeout,
                                 first=first.seconds,
                                 others=others,
                                 s="" if others == 1 else "s",
@@ -485,11 +458,12 @@ def grade(
                     cancel.set()
                 lock.notify_all()
 
-    def run_workers(count: int, alone: bool) -> None:
-        threads = [threading.Thread(target=work, args=(alone,), daemon=True) for _ in range(count)]
-        for t in threads:
-            t.start()
+    def run_workers(count: int) -> None:
+        threads: list[threading.Thread] = []
         try:
+            for _ in range(count):
+                threads.append(threading.Thread(target=work, daemon=True))
+                threads[-1].start()
             while any(t.is_alive() for t in threads):
                 with lock:
                     lock.wait(timeout=1.0)
@@ -507,7 +481,7 @@ def grade(
                 if sub.problem is not None:
                     finished(_invalid_row(sub))
             try:
-                run_workers(max(1, jobs), alone=False)
+                run_workers(max(1, jobs))
                 if first_tries and not cancel.is_set():
                     again = len(first_tries)
                     pending[:] = [s for s in subs if s.name in first_tries]
@@ -518,8 +492,10 @@ def grade(
                             them="it" if again == 1 else "them",
                         )
                     )
-                    run_workers(1, alone=True)
+                    run_workers(1)
             except KeyboardInterrupt:
+                _ignore_interrupts()  # also when Ctrl-C came between the two phases
+                cancel.set()
                 graded = {r.submission.name for r in rows}
                 for name, (row, _) in first_tries.items():  # keep what the first try found
                     if name not in graded:
@@ -532,6 +508,7 @@ def grade(
             writer.finish(rows, subs)
     finally:
         shutil.rmtree(tmp_root, ignore_errors=True)
+        _restore_handlers(handlers)
     if fatal:
         raise fatal[0]
     progress.done()
@@ -539,16 +516,37 @@ def grade(
         progress.say(line)
     shown = f" · feedback: {feedback}/ ({len(rows)} files)" if feedback is not None else ""
     progress.say(MESSAGES["wrote"].format(out=out, feedback=shown))
+    return _in_order(rows, subs)
+
+
+def _in_order(rows: list[Row], subs: list[Submission]) -> list[Row]:
+    """rows sorted as their submissions were given."""
     order = {s.name: i for i, s in enumerate(subs)}
     return sorted(rows, key=lambda r: order[r.submission.name])
+
+
+def _interrupt_handlers() -> dict:
+    """The handlers of Ctrl-C, SIGTERM and SIGHUP now (none outside the main thread)."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
 
 
 def _ignore_interrupts() -> None:
     import signal
 
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, signal.SIG_IGN)
+    for sig in _interrupt_handlers():
+        signal.signal(sig, signal.SIG_IGN)
+
+
+def _restore_handlers(handlers: dict) -> None:
+    import signal
+
+    for sig, handler in handlers.items():
+        if handler is not None:  # None: set outside Python, cannot be put back
+            signal.signal(sig, handler)
 
 
 class CsvWriter:
@@ -592,12 +590,11 @@ class CsvWriter:
     def finish(self, rows: list[Row], subs: list[Submission]) -> None:
         """Rewrite the file in submission order (atomically: a crash keeps the rows so far)."""
         self.file.close()
-        order = {s.name: i for i, s in enumerate(subs)}
         tmp = self.path.with_name(self.path.name + ".tmp")
         with open(tmp, "w", newline="", encoding="utf-8") as f:
             out = csv.writer(f)
             out.writerow(self.header())
-            for row in sorted(rows, key=lambda r: order[r.submission.name]):
+            for row in _in_order(rows, subs):
                 out.writerow(self.cells(row))
         os.replace(tmp, self.path)
 
@@ -605,12 +602,13 @@ class CsvWriter:
 def summary(rows: list[Row], columns, wall: float, jobs: int) -> list[str]:
     """The end-of-batch lines: counts per status, mean points per exercise."""
     count = len(rows)
+    ran = [r for r in rows if r.status != "invalid"]  # the invalid ones take no time
     lines = [
         MESSAGES["summary_head"].format(
             count=count,
             s="" if count == 1 else "s",
             wall=wall,
-            per=(sum(r.seconds for r in rows) / count) if count else 0.0,
+            per=(sum(r.seconds for r in ran) / len(ran)) if ran else 0.0,
             jobs=jobs,
         )
     ]

@@ -6,3 +6,10 @@ LESSONS = {
     "03": "ddp_helpers.exercises.lesson03",
     "04": "ddp_helpers.exercises.lesson04",
 }
+
+
+def exercises_of(lesson: str) -> list:
+    """The Exercise objects of lesson "01".."04", in order."""
+    import importlib
+
+    return importlib.import_module(LESSONS[lesson]).EXERCISES
