@@ -217,7 +217,7 @@ class Zygote:
                 _kill_group(pid, signal.SIGKILL)
             self.reply({"op": "failed", "id": req["id"], "error": f"fork failed: {exc}"})
             return
-        self.reply({"op": "started", "id": req["id"], "pids": pids})
+        self.reply({"op": "started", "id": req["id"]})
 
     def _use_spare(self, req, rank, fds) -> int | None:
         while self.spares:

@@ -514,8 +514,7 @@ class _Run:
         self.fds: dict[int, tuple[int, str]] = {}
         self.sel = selectors.DefaultSelector()
         self.phase = "starting"
-        self.failure: _RankState | None = None
-        self.stop_at: float | None = None
+        self.stop_at: float | None = None  # set on the first failure: the others stop then
         self.stop_sent_at: float | None = None
         self.killed = False
         self.dump_sent_at: float | None = None
@@ -636,20 +635,18 @@ class _Run:
             state.stack += data
 
     def _check_failure(self) -> None:
-        if self.failure is not None or self.timed_out or self.interrupted:
+        if self.stop_at is not None or self.timed_out or self.interrupted:
             return
         now = time.monotonic()
-        for state in self.ranks:
-            failed = state.error is not None or (
-                state.settled(now) and not state.has_result and not self.killed
-            )
-            if failed:
-                # Stop the others after a moment's grace: a rank that is just returning
-                # (its peer's failure is often the sign of a collective it skipped)
-                # still gets its result out, and the error can say so.
-                self.failure = state
-                self.stop_at = now + self.GRACE
-                return
+        if any(
+            state.error is not None
+            or (state.settled(now) and not state.has_result and not self.killed)
+            for state in self.ranks
+        ):
+            # Stop the others after a moment's grace: a rank that is just returning
+            # (its peer's failure is often the sign of a collective it skipped)
+            # still gets its result out, and the error can say so.
+            self.stop_at = now + self.GRACE
 
     def _check_deadlines(self, now: float) -> None:
         if self.stop_at is not None and self.phase == "running" and now >= self.stop_at:
@@ -740,7 +737,7 @@ class _Run:
         return DistributedError("\n\n".join(parts), kind="timeout", stacks=stacks)
 
     def _failure_error(self, failed: list[_RankState]) -> DistributedError:
-        first = min(failed, key=_blame_order)
+        first = min(failed, key=self._blame_order)
         others = [
             MESSAGES["also_failed"].format(rank=s.rank, summary=_summary(s))
             for s in failed
@@ -800,16 +797,17 @@ class _Run:
     def _was_stopped(self, state: _RankState) -> bool:
         return self.stop_sent_at is not None and (state.exited_at or 0) >= self.stop_sent_at
 
+    def _blame_order(self, state: _RankState) -> tuple:
+        """Sort key: the rank that caused a failure first, its victims after it.
 
-def _blame_order(state: _RankState) -> tuple:
-    """Sort key: the rank that caused a failure first, its victims after it.
-
-    A rank whose peer died or failed sees "Connection reset/closed by peer": it is a
-    victim. Among the rest, the earliest failure (both clocks are CLOCK_MONOTONIC).
-    """
-    if state.error is not None:
-        return ("by peer" in state.error["message"], state.error["time"])
-    return (False, state.exited_at if state.exited_at is not None else float("inf"))
+        A rank whose peer died or failed sees "Connection reset/closed by peer": it is a
+        victim; so is a rank the launcher stopped without an error of its own. Among the
+        rest, the earliest failure (both clocks are CLOCK_MONOTONIC).
+        """
+        if state.error is not None:
+            return (False, "by peer" in state.error["message"], state.error["time"])
+        exited = state.exited_at if state.exited_at is not None else float("inf")
+        return (self._was_stopped(state), False, exited)
 
 
 def _signal_name(signum: int) -> str:

@@ -284,6 +284,30 @@ def test_a_collective_whose_peer_already_returned_gets_a_hint():
     assert "rank 1 had already returned" in text and "inside `if rank == 0:`" in text
 
 
+def test_a_rank_the_launcher_stopped_is_not_blamed():
+    # Rank 2 returns, rank 0 waits for it in a broadcast, rank 1 is busy and is stopped
+    # by the launcher after rank 0 fails: rank 0's error is the one to show.
+    def broadcast_from_a_rank_that_left():
+        import time
+
+        import torch
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        rank = dist.get_rank()
+        if rank == 0:
+            dist.broadcast(torch.zeros(1), src=2)
+        elif rank == 1:
+            time.sleep(60)
+
+    with pytest.raises(DistributedError) as info:
+        launch(broadcast_from_a_rank_that_left, nprocs=3, timeout=30)
+    text = str(info.value)
+    assert info.value.rank == 0, text
+    assert "rank 2 had already returned" in text and "inside `if rank == 0:`" in text
+    assert "rank 1 was" not in text  # stopped by the launcher: not a failure of its own
+
+
 def test_next_launch_after_a_failure_works():
     with pytest.raises(DistributedError):
         launch(raise_on_rank_one, nprocs=2)
