@@ -232,7 +232,8 @@ def checkpoint_of(model, optimizer, epoch, prefixed=False):
     return {"model": weights, "optimizer": optimizer.state_dict(), "epoch": epoch}
 
 
-# Each mistake below differs from the reference save_checkpoint in one way only.
+# Each mistake below differs from the reference save_checkpoint in one way (the
+# atomic temp-file write aside, which the mistakes leave out for brevity).
 
 
 def save_on_every_rank(model, optimizer, epoch, path):
@@ -342,6 +343,19 @@ def test_loading_without_map_location_is_caught_by_the_torch_load_spy():
 
 def test_resuming_at_the_saved_epoch_is_caught():
     expect_wrong(lesson04.q4, load_returning_saved_epoch, "resume at 5", hint=2)
+
+
+def load_returning_a_float_epoch(model, optimizer, path):
+    import torch
+
+    ckpt = torch.load(path, map_location="cpu")
+    model.module.load_state_dict(ckpt["model"])
+    optimizer.load_state_dict(ckpt["optimizer"])
+    return ckpt["epoch"] + 1.5  # int() would round this to 5; range() refuses it
+
+
+def test_an_epoch_that_is_not_an_int_is_caught():
+    expect_wrong(lesson04.q4, load_returning_a_float_epoch, "It returned 5.5;", hint=2)
 
 
 def test_forgetting_the_optimizer_state_is_caught():

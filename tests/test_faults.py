@@ -220,7 +220,7 @@ def save_twice_dying_in_the_second(path):
 def test_a_rank_killed_mid_save_leaves_the_previous_checkpoint_loadable(tmp_path):
     import torch
 
-    path = str(tmp_path / "ckpt.pt")
+    path = tmp_path / "ckpt.pt"  # a pathlib.Path: the reference takes one as well as a str
     with pytest.raises(DistributedError) as info:
         launch(save_twice_dying_in_the_second, path, nprocs=2, timeout=60)
     assert info.value.rank == 0 and info.value.signal_name == "SIGKILL"

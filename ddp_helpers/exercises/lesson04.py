@@ -215,8 +215,9 @@ def save_checkpoint(model, optimizer, epoch, path):
             "optimizer": optimizer.state_dict(),
             "epoch": epoch,
         }
-        torch.save(state, path + ".tmp")  # a crash mid-write leaves the old file intact
-        os.replace(path + ".tmp", path)  # atomic: readers see the old file or the new one
+        tmp = f"{path}.tmp"  # path may be a str or a pathlib.Path
+        torch.save(state, tmp)  # a crash mid-write leaves the old file intact
+        os.replace(tmp, path)  # atomic: readers see the old file or the new one
     dist.barrier()  # nobody reads the file before rank 0 has finished writing it
 
 
@@ -379,9 +380,15 @@ def _load_harness(load_checkpoint, folder):
 
 
 def _as_int(value):
+    """value as an int if it is one (int, numpy or tensor integer); else None.
+
+    5.9 or "5" is not an epoch `range()` takes; an object equal to everything is not one.
+    """
+    import operator
+
     try:
-        return int(value)  # an int-like answer counts; an object equal to everything does not
-    except (TypeError, ValueError):
+        return operator.index(value)
+    except TypeError:
         return None
 
 
