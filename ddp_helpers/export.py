@@ -39,8 +39,8 @@ def _is_magic(line: str) -> bool:
     return line.lstrip().startswith(("%", "!"))
 
 
-def export_script(notebook: Path) -> tuple[str, int]:
-    """The script's source, and how many cells went into it."""
+def export_script(notebook: Path, name: str = "train.py") -> tuple[str, int]:
+    """The script's source (to be saved as `name`), and how many cells went into it."""
     import nbformat
 
     nb = nbformat.read(notebook, as_version=4)
@@ -78,14 +78,14 @@ def export_script(notebook: Path) -> tuple[str, int]:
     ):
         raise ExportError(MESSAGES["no_main"].format(nb=notebook))
     script = (
-        HEADER.format(nb=Path(notebook).name, name="train.py")
+        HEADER.format(nb=Path(notebook).name, name=name)
         + "\n"
         + _import_block(imports)
         + "\n\n\n"
         + "\n\n\n".join(bodies)
         + '\n\n\nif __name__ == "__main__":\n    main()\n'
     )
-    compile(script, "train.py", "exec")
+    compile(script, name, "exec")
     return script, len(cells)
 
 
@@ -104,7 +104,8 @@ def _import_block(imports: list[str]) -> str:
     import sys
 
     def group(line: str) -> int:
-        return 0 if line.split()[1].split(".")[0] in sys.stdlib_module_names else 1
+        first = line.split()[1].split(".")[0].rstrip(",")  # `import os, sys` names os first
+        return 0 if first in sys.stdlib_module_names else 1
 
     groups = [
         sorted((i for i in imports if group(i) == g), key=lambda i: (i.startswith("from"), i))
@@ -115,6 +116,6 @@ def _import_block(imports: list[str]) -> str:
 
 def export(notebook: str, out: str) -> str:
     """Write the script; return the line to print."""
-    script, cells = export_script(Path(notebook))
-    Path(out).write_text(script.replace("train.py", Path(out).name), encoding="utf-8")
+    script, cells = export_script(Path(notebook), Path(out).name)
+    Path(out).write_text(script, encoding="utf-8")
     return MESSAGES["wrote"].format(out=out, cells=cells)

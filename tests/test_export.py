@@ -101,6 +101,28 @@ def test_the_script_picks_nccl_by_the_gpus_of_its_own_machine(
     assert str(device) == ("cuda:1" if backend == "nccl" else "cpu")
 
 
+def test_the_script_name_goes_in_its_header_and_nowhere_else(tmp_path):
+    import nbformat
+
+    nb = nbformat.read(SOLUTION, as_version=4)
+    cell = next(c for c in nb.cells if "export" in c.metadata.get("tags", []))
+    cell.source += '\nLOG = "train.py.log"  # the learner\'s own text\n'
+    notebook = tmp_path / "04_sampler_and_checkpoint.ipynb"
+    nbformat.write(nb, notebook)
+    result = export(notebook, tmp_path / "job.py")
+    assert result.returncode == 0, result.stderr
+    script = (tmp_path / "job.py").read_text()
+    assert "torchrun --standalone --nproc-per-node 2 job.py" in script
+    assert 'LOG = "train.py.log"' in script
+
+
+def test_imports_are_grouped_standard_library_first():
+    from ddp_helpers.export import _import_block
+
+    block = _import_block(["import torch", "import os, sys", "from pathlib import Path"])
+    assert block == "import os, sys\nfrom pathlib import Path\n\nimport torch"
+
+
 def test_exporting_an_unfinished_lesson_names_the_missing_exercise(tmp_path):
     result = export(LESSON, tmp_path / "train.py")
     assert result.returncode == 2
@@ -113,7 +135,6 @@ def test_a_notebook_without_export_tags_gets_a_clear_error(tmp_path):
     assert result.returncode == 2 and "no cells tagged `export`" in result.stderr
 
 
-@pytest.mark.parametrize("missing", ["nowhere.ipynb"])
-def test_a_missing_notebook_is_a_clear_error(tmp_path, missing):
-    result = export(tmp_path / missing, tmp_path / "t.py")
+def test_a_missing_notebook_is_a_clear_error(tmp_path):
+    result = export(tmp_path / "nowhere.ipynb", tmp_path / "t.py")
     assert result.returncode == 2 and "No such file" in result.stderr
