@@ -76,7 +76,6 @@ def test_the_cli_exits_non_zero_when_lessons_are_stale(tmp_path, monkeypatch):
     solutions, lessons = tmp_path / "solutions", tmp_path / "lessons"
     solutions.mkdir()
     nbformat.write(_notebook(), solutions / "07_demo.ipynb")
-    monkeypatch.setattr(build, "ROOT", tmp_path)
     from ddp_helpers.__main__ import main
 
     monkeypatch.setattr(build.build_lessons, "__defaults__", (solutions, lessons, False))

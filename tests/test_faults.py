@@ -10,6 +10,7 @@ import time
 import pytest
 
 from ddp_helpers import DistributedError, launch, spawn
+from ddp_helpers.launcher import with_this_package
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
@@ -138,10 +139,9 @@ def test_a_port_held_by_another_program_is_never_used():
     holder.listen()
     held = holder.getsockname()[1]
     try:
-        # The code asks for the held port itself; the launcher's own socket is used instead.
+        # The code asks for the held port itself; the launcher's own socket is used
+        # instead. Were the held port used, init_process_group would fail to bind it.
         spawn(tutorial_on_port, args=(2, held), nprocs=2, timeout=60)
-        ports = launch(lambda: int(os.environ["MASTER_PORT"]), nprocs=2)
-        assert held not in ports
     finally:
         holder.close()
 
@@ -170,7 +170,7 @@ def test_two_kernels_launching_at_the_same_moment_never_collide(tmp_path):
 
     script = tmp_path / "concurrent.py"
     script.write_text(CONCURRENT)
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(os.getcwd()))
+    env = with_this_package(dict(os.environ, OMP_NUM_THREADS="1"))
     procs = [
         subprocess.Popen(
             [sys.executable, str(script), "15"],

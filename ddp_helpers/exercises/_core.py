@@ -99,7 +99,6 @@ class Exercise:
         self._solution = solution
         self.points = points
         self._next_hint = 0
-        self.last: Result | None = None
 
     def evaluate(self, answer) -> Result:
         """Run the checker on an answer and return the Result, printing nothing."""
@@ -112,7 +111,7 @@ class Exercise:
             hidden = self._run(self._hidden, answer)
             if not hidden.passed:
                 hidden.message = MESSAGES["hidden"].format(message=hidden.message)
-                result = self.last = hidden
+                result = hidden
         return result
 
     def _run(self, checker, answer) -> Result:
@@ -141,7 +140,6 @@ class Exercise:
             result = Result(
                 self.id, "correct", MESSAGES["correct"].format(id=self.id, detail=detail)
             )
-        self.last = result
         return result
 
     def check(self, answer) -> None:
