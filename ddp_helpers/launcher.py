@@ -16,6 +16,7 @@ import threading
 import time
 
 from . import _wire
+from .plan import Options, place, rank_environment
 
 # Learner-facing text of this module, in one place so that it can be translated.
 MESSAGES = {
@@ -65,16 +66,6 @@ MESSAGES = {
     "launcher_broken": (
         "The launcher could not start its helper process: {error}. Check that torch is "
         "installed in this kernel's environment (run `make lab` to set it up)."
-    ),
-    "bad_nprocs": "nprocs must be a whole number of ranks, 1 or more; got {value!r}.",
-    "bad_backend": (
-        "backend must be 'auto', 'gloo' or 'nccl'; got {value!r}. 'auto' picks nccl when "
-        "there is one GPU per rank and gloo otherwise."
-    ),
-    "bad_timeout": "timeout must be a number of seconds above 0, or None; got {value!r}.",
-    "nccl_no_gpus": (
-        "backend='nccl' needs one GPU per rank: {nprocs} ranks were asked for but {gpus} "
-        "GPU(s) were found. Use backend='gloo' (it runs on the CPU) or backend='auto'."
     ),
     "too_many_ranks": (
         "[ddp_helpers] warning: {nprocs} ranks on {cpus} CPU cores; each rank is a process, "
@@ -432,22 +423,13 @@ def _loopback_interface() -> str | None:
     return next((n for n in names if n in ("lo", "lo0")), None)
 
 
-def _check_options(nprocs, backend, timeout) -> None:
-    if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
-        raise ValueError(MESSAGES["bad_nprocs"].format(value=nprocs))
-    if backend not in ("auto", "gloo", "nccl"):
-        raise ValueError(MESSAGES["bad_backend"].format(value=backend))
-    if timeout is not None and (
-        isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0
-    ):
-        raise ValueError(MESSAGES["bad_timeout"].format(value=timeout))
-
-
-def _rank_env(nprocs: int, backend: str) -> tuple[dict, int]:
+def _shared_env(options: Options, backend: str) -> tuple[dict, int]:
+    """The environment every rank of a run shares, and its thread count."""
     env = dict(os.environ)
     threads = env.get("OMP_NUM_THREADS", "")
     threads = int(threads) if threads.isdigit() and int(threads) > 0 else 0
-    threads = threads or max(1, _cpu_count() // nprocs)
+    # Simulated nodes share this machine's cores like any other ranks.
+    threads = threads or max(1, _cpu_count() // options.nprocs)
     env["OMP_NUM_THREADS"] = str(threads)
     env["MPLBACKEND"] = "Agg"  # the notebook's inline backend means nothing in a rank
     # c10d's C++ warnings (a peer's connection reset, with 40 frames of C++ stack) bury
@@ -471,44 +453,49 @@ class _Run:
 
     GRACE = 0.2  # seconds between the first failure and stopping the other ranks
 
-    def __init__(self, kind, payload, nprocs, backend, timeout, ordered, extra=None):
-        _check_options(nprocs, backend, timeout)
+    def __init__(self, kind, payload, options: Options, extra=None):
         self.zygote = _get_zygote()
-        if backend == "auto":
-            backend = "nccl" if self.zygote.gpus >= nprocs else "gloo"
-        elif backend == "nccl" and self.zygote.gpus < nprocs:
-            raise ValueError(MESSAGES["nccl_no_gpus"].format(nprocs=nprocs, gpus=self.zygote.gpus))
+        placement = place(options, self.zygote.gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
+        nprocs = options.nprocs
         if nprocs > 4 * _cpu_count():
             sys.stderr.write(MESSAGES["too_many_ranks"].format(nprocs=nprocs, cpus=_cpu_count()))
             sys.stderr.write("\n")
-        self.backend = backend
+        if placement.notice:
+            sys.stderr.write(placement.notice + "\n")
+        self.backend = placement.backend
         self.nprocs = nprocs
-        self.timeout = timeout
+        self.timeout = options.timeout
+        ordered = options.ordered
         if ordered is None:
             ordered = os.environ.get("DDP_HELPERS_OUTPUT", "live") == "ordered"
         self.router = _OutputRouter(nprocs, ordered)
         self.ranks = [_RankState(r) for r in range(nprocs)]
         self.id = f"{os.getpid()}-{time.monotonic_ns()}"
-        env, threads = _rank_env(nprocs, backend)
+        env, threads = _shared_env(options, placement.backend)
         # The rendezvous socket: bound to loopback and listening before any rank starts,
         # held until the run ends (rank 0 serves the store on it), so no port race.
         self.store_socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.store_socket.bind(("127.0.0.1", 0))
         self.store_socket.listen(128)
+        port = self.store_socket.getsockname()[1]
+        async_errors = os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
         self.req = {
             "op": "launch",
             "id": self.id,
             "kind": kind,
             "payload": payload,
             "nprocs": nprocs,
-            "backend": backend,
+            "backend": placement.backend,
             "env": env,
+            "rank_env": [
+                rank_environment(options, placement, rank, "127.0.0.1", port, self.id, async_errors)
+                for rank in range(nprocs)
+            ],
             "threads": threads,
             "cwd": os.getcwd(),
             "sys_path": list(sys.path),
             "sources": _cell_sources(),
-            "master_addr": "127.0.0.1",
-            "master_port": self.store_socket.getsockname()[1],
+            "master_port": port,
             **(extra or {}),
         }
         self.fds: dict[int, tuple[int, str]] = {}
@@ -839,12 +826,12 @@ def _summary(state: _RankState) -> str:
     return MESSAGES["exit_code"].format(rank=state.rank, code=code)
 
 
-def _run(kind, payload, nprocs, backend, timeout, ordered, extra=None) -> Results:
+def _run(kind, payload, options: Options, extra=None) -> Results:
     __tracebackhide__ = True
     if not _launch_lock.acquire(blocking=False):
         raise RuntimeError(MESSAGES["busy"])
     try:
-        run = _Run(kind, payload, nprocs, backend, timeout, ordered, extra)
+        run = _Run(kind, payload, options, extra)
         run.start()
         try:
             run.poll()
@@ -883,15 +870,37 @@ def launch(
     fn,
     *args,
     nprocs: int = 2,
+    nnodes: int = 1,
     backend: str = "auto",
     timeout: float | None = None,
     ordered: bool | None = None,
     **kwargs,
 ) -> Results:
-    """Run fn(*args, **kwargs) on `nprocs` ranks, one process each; return each rank's value."""
+    """Run fn(*args, **kwargs) on `nprocs` ranks, one process each; return each rank's value.
+
+    With nnodes > 1 the ranks are spread over that many simulated machines, as `torchrun
+    --nnodes N --nproc-per-node nprocs/N` would start them (lesson 01).
+    """
     __tracebackhide__ = True
-    _check_options(nprocs, backend, timeout)
-    return _run("call", _pickle_call(fn, args, kwargs), nprocs, backend, timeout, ordered)
+    options = Options.checked(nprocs, nnodes, backend, timeout, ordered)
+    return _run("call", _pickle_call(fn, args, kwargs), options)
+
+
+def run_cell(
+    source: str,
+    nprocs: int = 2,
+    *,
+    nnodes: int = 1,
+    backend: str = "auto",
+    timeout: float | None = None,
+    ordered: bool | None = None,
+    filename: str = "<cell>",
+    namespace: dict[str, bytes] | None = None,
+) -> None:
+    """Run a cell's source on every rank (what `%%ddp` does); `namespace`: pickled variables."""
+    __tracebackhide__ = True
+    options = Options.checked(nprocs, nnodes, backend, timeout, ordered)
+    _run("cell", source, options, {"filename": filename, "namespace": namespace or {}})
 
 
 def _call_with_rank(fn, args):
@@ -932,20 +941,25 @@ def spawn(
     daemon: bool = False,
     start_method: str = "spawn",
     *,
+    nnodes: int = 1,
     backend: str = "auto",
     timeout: float | None = None,
 ):
-    """Drop-in for torch.multiprocessing.spawn: fn(rank, *args) on nprocs ranks (lesson 02)."""
+    """Drop-in for torch.multiprocessing.spawn: fn(rank, *args) on nprocs ranks (lesson 02).
+
+    `rank` is the global rank (RANK); with nnodes > 1 the ranks are spread over that many
+    simulated machines, as `launch` does.
+    """
     __tracebackhide__ = True
-    _check_options(nprocs, backend, timeout)
+    options = Options.checked(nprocs, nnodes, backend, timeout)
     payload = _pickle_call(_call_with_rank, (fn, tuple(args)), {})
     if join:
-        _run("call", payload, nprocs, backend, timeout, None)
+        _run("call", payload, options)
         return None
     if not _launch_lock.acquire(blocking=False):
         raise RuntimeError(MESSAGES["busy"])
     try:
-        run = _Run("call", payload, nprocs, backend, timeout, None)
+        run = _Run("call", payload, options)
         run.start()
     except BaseException:
         _launch_lock.release()

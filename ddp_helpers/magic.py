@@ -9,7 +9,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from .launcher import DistributedError, _run
+from .launcher import DistributedError, run_cell
 
 MESSAGES = {
     "not_sent": (
@@ -49,12 +49,13 @@ def _namespace_for(code: types.CodeType, user_ns: dict, hidden: dict) -> tuple[d
 class DDPMagics(Magics):
     @magic_arguments()
     @argument("-n", "--nprocs", type=int, default=2, help="number of ranks (processes)")
+    @argument("--nnodes", type=int, default=1, help="simulated machines the ranks are spread over")
     @argument("--backend", default="auto", help="gloo, nccl or auto (nccl if enough GPUs)")
     @argument("--timeout", type=float, default=None, help="stop every rank after S seconds")
     @argument("--ordered", action="store_true", help="print rank 0's lines, then rank 1's, ...")
     @cell_magic
     def ddp(self, line: str, cell: str):
-        """Run this cell's body on every rank: %%ddp -n 2 [--backend B] [--timeout S]."""
+        """Run the cell on every rank: %%ddp -n 4 [--nnodes 2] [--backend B] [--timeout S]."""
         __tracebackhide__ = True
         args = parse_argstring(self.ddp, line)
         ip = self.shell
@@ -67,16 +68,16 @@ class DDPMagics(Magics):
         except SyntaxError as exc:
             raise UsageError(MESSAGES["compile"].format(error=exc)) from None
         shipped, skipped = _namespace_for(code, ip.user_ns, ip.user_ns_hidden)
-        extra = {"filename": filename, "namespace": shipped}
         try:
-            _run(
-                "cell",
+            run_cell(
                 "\n" + cell,
                 args.nprocs,
-                args.backend,
-                args.timeout,
-                True if args.ordered else None,
-                extra,
+                nnodes=args.nnodes,
+                backend=args.backend,
+                timeout=args.timeout,
+                ordered=True if args.ordered else None,
+                filename=filename,
+                namespace=shipped,
             )
         except DistributedError as exc:
             m = _NAME_ERROR.search(exc.exc_message or "")

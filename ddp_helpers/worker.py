@@ -119,15 +119,7 @@ def _setup_process(req: dict, rank: int, fds: tuple[int, ...]) -> tuple:
 
     os.environ.clear()
     os.environ.update(req["env"])
-    os.environ.update(
-        RANK=str(rank),
-        LOCAL_RANK=str(rank),
-        GROUP_RANK="0",
-        WORLD_SIZE=str(req["nprocs"]),
-        LOCAL_WORLD_SIZE=str(req["nprocs"]),
-        MASTER_ADDR=req["master_addr"],
-        MASTER_PORT=str(req["master_port"]),
-    )
+    os.environ.update(req["rank_env"][rank])  # what torchrun gives this rank (plan.py)
     try:
         os.chdir(req["cwd"])
     except OSError:
@@ -141,6 +133,7 @@ def _setup_process(req: dict, rank: int, fds: tuple[int, ...]) -> tuple:
 
     _own_the_rendezvous(store_fd[0] if store_fd else None, req["master_port"], req["nprocs"])
     _avoid_gloo_teardown_deadlock()
+    _debug_level_from_environment()
 
     main = types.ModuleType("__main__")
     main.__dict__["__builtins__"] = __builtins__
@@ -218,6 +211,17 @@ def _avoid_gloo_teardown_deadlock() -> None:
     dist.destroy_process_group = destroy_process_group
 
 
+def _debug_level_from_environment() -> None:
+    """Honour TORCH_DISTRIBUTED_DEBUG as a fresh process would.
+
+    torch reads it once, when torch.distributed is imported: in the zygote, before the
+    notebook may have set it. Read it again with this rank's environment.
+    """
+    import torch.distributed as dist
+
+    dist.set_debug_level_from_env()
+
+
 def run_rank(req: dict, rank: int, fds: tuple[int, ...]) -> None:
     """Run one rank to completion in this (forked) process, then exit; never returns."""
     code = 70
@@ -244,7 +248,7 @@ def _run_user_code(req: dict, rank: int, ctl_fd: int, main: types.ModuleType) ->
 
     torch.set_num_threads(req["threads"])
     if req["backend"] == "nccl" and torch.cuda.is_available():
-        torch.cuda.set_device(rank % torch.cuda.device_count())
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))  # its node's GPU of that number
 
     value = None
     try:

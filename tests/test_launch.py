@@ -48,6 +48,63 @@ def test_each_rank_gets_the_torchrun_environment():
         assert env["OMP_NUM_THREADS"] == "1"
 
 
+def torchrun_env():
+    keys = ("RANK", "LOCAL_RANK", "GROUP_RANK", "LOCAL_WORLD_SIZE", "WORLD_SIZE")
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")  # the four ranks of two "machines" form one group
+    total = torch.ones(1)
+    dist.all_reduce(total)
+    dist.destroy_process_group()
+    return {k: int(os.environ[k]) for k in keys}, os.environ.get("CUDA_VISIBLE_DEVICES"), total
+
+
+def test_two_simulated_nodes_give_each_rank_torchruns_multi_node_environment():
+    results = launch(torchrun_env, nprocs=4, nnodes=2)
+    table = [(e["RANK"], e["GROUP_RANK"], e["LOCAL_RANK"]) for e, _, _ in results]
+    assert table == [(0, 0, 0), (1, 0, 1), (2, 1, 0), (3, 1, 1)]
+    for env, _, total in results:
+        assert (env["LOCAL_WORLD_SIZE"], env["WORLD_SIZE"]) == (2, 4)
+        assert total.item() == 4.0
+
+
+def test_spawn_passes_the_global_rank_on_several_nodes_too(tmp_path):
+    def record(rank, folder):
+        # As PyTorch's tutorials do: init_process_group(rank=rank, world_size=...).
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo", rank=rank, world_size=4)
+        dist.barrier()
+        dist.destroy_process_group()
+        node, local = os.environ["GROUP_RANK"], os.environ["LOCAL_RANK"]
+        (folder / str(rank)).write_text(f"{node} {local}")
+
+    assert spawn(record, args=(tmp_path,), nprocs=4, nnodes=2) is None
+    seen = [(tmp_path / str(r)).read_text() for r in range(4)]
+    assert seen == ["0 0", "0 1", "1 0", "1 1"]
+    with pytest.raises(ValueError, match="nprocs=6 ranks cannot be spread evenly over nnodes=4"):
+        spawn(record, args=(tmp_path,), nprocs=6, nnodes=4)
+
+
+@pytest.mark.parametrize(
+    ("gpus", "visible"), [(2, ["", "", "", ""]), (4, ["0,1", "0,1", "2,3", "2,3"])]
+)
+def test_simulated_nodes_with_a_faked_gpu_count(monkeypatch, capfd, gpus, visible):
+    import ddp_helpers.launcher as L
+
+    monkeypatch.setattr(L._get_zygote(), "gpus", gpus)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    # gloo: these ranks have no real GPU to pin; only what each "machine" would see is checked.
+    results = launch(torchrun_env, nprocs=4, nnodes=2, backend="gloo")
+    assert [seen for _, seen, _ in results] == visible
+    notice = capfd.readouterr().err
+    if gpus == 2:
+        assert "would need 4 GPUs, one per rank, but this machine has 2" in notice
+    else:
+        assert "would need" not in notice
+
+
 def test_default_thread_count_shares_the_cores(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS")
     cores = len(os.sched_getaffinity(0))
@@ -319,6 +376,7 @@ def test_next_launch_after_a_failure_works():
     [
         ({"nprocs": 0}, "nprocs must be a whole number of ranks, 1 or more; got 0"),
         ({"nprocs": 2.0}, "nprocs must be a whole number"),
+        ({"nprocs": 3, "nnodes": 2}, "nprocs=3 ranks cannot be spread evenly over nnodes=2"),
         ({"backend": "mpi"}, "backend must be 'auto', 'gloo' or 'nccl'; got 'mpi'"),
         ({"timeout": 0}, "timeout must be a number of seconds above 0"),
     ],

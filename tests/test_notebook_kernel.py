@@ -84,6 +84,9 @@ def magic_run():
         "%%ddp --backend mpi\nprint('never')",
         "import threading\nlock = threading.Lock()",
         "%%ddp -n 2\nprint(lock)",
+        "%%ddp -n 4 --nnodes 2 --ordered\nimport os\n"
+        "print(os.environ['GROUP_RANK'], os.environ['LOCAL_RANK'], os.environ['LOCAL_WORLD_SIZE'])",
+        "%%ddp -n 3 --nnodes 2\nprint('never')",
     )
 
 
@@ -205,3 +208,12 @@ def test_no_rank_outlives_a_killed_kernel():
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
+
+
+def test_magic_spreads_ranks_over_simulated_nodes(magic_run):
+    assert stream_text(magic_run[9]) == (
+        "[rank 0] 0 0 2\n[rank 1] 0 1 2\n[rank 2] 1 0 2\n[rank 3] 1 1 2\n"
+    )
+    assert "UsageError: nprocs=3 ranks cannot be spread evenly over nnodes=2" in stream_text(
+        magic_run[10], "stderr"
+    )
