@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from ddp_helpers.exercises import lesson01, lesson02, lesson03, lesson04
@@ -48,7 +50,7 @@ def test_hints_come_in_order_and_stop_at_the_last(capsys):
 
 
 def test_solution_shows_the_reference_code(capsys):
-    lesson01.q1.solution()
+    lesson01.q2.solution()
     assert "padded[rank::world_size]" in capsys.readouterr().out
 
 
@@ -56,7 +58,7 @@ def test_a_crashing_answer_is_an_error_with_a_short_traceback():
     def broken(n, rank, world_size):
         return [i for i in range(n)][rank] / 0
 
-    result = lesson01.q1.evaluate(broken)
+    result = lesson01.q2.evaluate(broken)
     assert result.status == "error"
     assert "ZeroDivisionError" in result.message and "in broken" in result.message
     assert "_core.py" not in result.message
@@ -67,13 +69,22 @@ def test_progress_lists_each_exercise_and_its_status(capsys):
         lesson01.EXERCISES, "01", {"shard": lesson01.shard, "predict_all_reduce": lambda: 6}
     )
     out = capsys.readouterr().out
-    assert "Lesson 01: 1 of 3 exercises pass" in out
-    assert "1.1  shard" in out and "correct" in out
-    assert "1.2  predict_all_reduce       wrong" in out
-    assert "1.3  predict_all_gather       missing" in out
+    assert "Lesson 01: 1 of 4 exercises pass" in out
+    assert "1.2  shard" in out and "correct" in out
+    assert "1.3  predict_all_reduce       wrong" in out
+    assert "1.4  predict_all_gather       missing" in out
 
 
 # -- lesson 01
+
+
+def test_a_gpu_from_the_global_rank_is_caught():
+    def by_rank():
+        import torch
+
+        return torch.device("cuda", int(os.environ["RANK"]))
+
+    expect_wrong(lesson01.q1, by_rank, "Rank 2 is rank 0 on machine 1", hint=0)
 
 
 def test_shard_in_blocks_is_caught():
@@ -81,12 +92,12 @@ def test_shard_in_blocks_is_caught():
         size = -(-n // world_size)
         return list(range(rank * size, min(n, (rank + 1) * size)))
 
-    expect_wrong(lesson01.q1, blocks, "a block of consecutive items", hint=0)
+    expect_wrong(lesson01.q2, blocks, "a block of consecutive items", hint=0)
 
 
 def test_shard_without_padding_is_caught():
     expect_wrong(
-        lesson01.q1,
+        lesson01.q2,
         lambda n, r, w: list(range(n))[r::w],
         "every rank must get ceil(10 / 3) = 4",
         hint=1,
@@ -94,29 +105,39 @@ def test_shard_without_padding_is_caught():
 
 
 def test_all_reduce_prediction_mistakes():
-    expect_wrong(lesson01.q2, lambda: [1, 2, 3], "what each rank held before", hint=0)
-    expect_wrong(lesson01.q2, lambda: 6, "one value per rank", hint=0)
+    expect_wrong(lesson01.q3, lambda: [1, 2, 3], "what each rank held before", hint=0)
+    expect_wrong(lesson01.q3, lambda: 6, "one value per rank", hint=0)
 
 
 def test_all_gather_prediction_mistakes():
-    expect_wrong(lesson01.q3, lambda: [0, 1, 2], "every rank gets it", hint=1)
-    expect_wrong(lesson01.q3, lambda: [[0], [1], [2]], "receives the ranks 0, 1, 2", hint=0)
+    expect_wrong(lesson01.q4, lambda: [0, 1, 2], "every rank gets it", hint=1)
+    expect_wrong(lesson01.q4, lambda: [[0], [1], [2]], "receives the ranks 0, 1, 2", hint=0)
 
 
 # -- lesson 02
 
 
 def test_nccl_on_a_cpu_only_box_is_caught():
-    expect_wrong(lesson02.q1, lambda w: "nccl", "Without CUDA, nccl fails", hint=0)
+    expect_wrong(lesson02.q1, lambda: "nccl", "Without CUDA, nccl fails", hint=0)
 
 
 def test_nccl_with_too_few_gpus_is_caught():
-    def any_gpu(world_size):
+    def any_gpu():
         import torch
 
         return "nccl" if torch.cuda.is_available() else "gloo"
 
-    expect_wrong(lesson02.q1, any_gpu, "nccl cannot put two ranks on one GPU", hint=1)
+    expect_wrong(lesson02.q1, any_gpu, "cannot share a GPU under nccl", hint=1)
+
+
+def test_a_backend_chosen_by_world_size_is_caught_on_several_machines():
+    def by_world_size():
+        import torch
+
+        enough = torch.cuda.device_count() >= int(os.environ["WORLD_SIZE"])
+        return "nccl" if torch.cuda.is_available() and enough else "gloo"
+
+    expect_wrong(lesson02.q1, by_world_size, "WORLD_SIZE=16, LOCAL_WORLD_SIZE=8", hint=1)
 
 
 def summed_gradients(model):
@@ -162,7 +183,7 @@ def rank_dependent_answer(model):
 
 
 def test_params_in_sync_must_agree_across_ranks():
-    expect_wrong(lesson03.q1, rank_dependent_answer, "The ranks disagree", hint=1)
+    expect_wrong(lesson03.q1, rank_dependent_answer, "The ranks disagree", hint=2)
 
 
 def test_shard_batch_that_keeps_the_whole_batch_is_caught():
@@ -190,13 +211,25 @@ def test_summed_loss_ratio_predictions():
 # -- lesson 04
 
 
-def test_indices_without_padding_are_caught():
-    expect_wrong(
-        lesson04.q1,
-        lambda drop: {0: [0, 3, 6, 9], 1: [1, 4, 7], 2: [2, 5, 8]},
-        "rank 1 gets [1, 4, 7, 0]",
-        hint=1,
-    )
+def evaluate_with_the_padding(model, dataset, batch_size=128):
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader
+    from torch.utils.data.distributed import DistributedSampler
+
+    counts = torch.zeros(2, dtype=torch.long)
+    model.eval()
+    sampler = DistributedSampler(dataset, shuffle=False)
+    with torch.no_grad():
+        for x, y in DataLoader(dataset, batch_size=batch_size, sampler=sampler):
+            counts += torch.tensor([(model(x).argmax(1) == y).sum(), len(y)])
+    model.train()
+    dist.all_reduce(counts)
+    return int(counts[0]), int(counts[1])
+
+
+def test_an_evaluation_that_counts_the_padding_twice_is_caught():
+    expect_wrong(lesson04.q1, evaluate_with_the_padding, "counted 514 examples", hint=1)
 
 
 def train_without_set_epoch(model, loader, sampler, optimizer, epochs):

@@ -126,7 +126,7 @@ def test_imports_are_grouped_standard_library_first():
 def test_exporting_an_unfinished_lesson_names_the_missing_exercise(tmp_path):
     result = export(LESSON, tmp_path / "train.py")
     assert result.returncode == 2
-    assert "exercise 4.3 is not done yet" in result.stderr
+    assert "exercise 4.1 is not done yet" in result.stderr
     assert not (tmp_path / "train.py").exists()
 
 

@@ -125,11 +125,16 @@ def test_csv_has_the_fixed_columns_then_one_per_exercise(batch):
     with open(batch["tmp"] / "grades.csv", newline="") as f:
         header = next(csv.reader(f))
     assert header[:5] == ["submission", "lesson", "status", "points", "max_points"]
-    assert header[5:8] == ["1.1 shard", "1.2 predict_all_reduce", "1.3 predict_all_gather"]
-    assert len(header) == 5 + 13
+    assert header[5:9] == [
+        "1.1 gpu_for_this_rank",
+        "1.2 shard",
+        "1.3 predict_all_reduce",
+        "1.4 predict_all_gather",
+    ]
+    assert len(header) == 5 + 14
     # A row of lesson 01 leaves the other lessons' exercise columns empty; invalid rows all.
     row = batch["rows"]["right/01_rank_and_world_size.ipynb"]
-    assert row["2.1 pick_backend"] == "" and row["1.1 shard"] == "1"
+    assert row["2.1 pick_backend"] == "" and row["1.2 shard"] == "1"
     assert all(batch["rows"]["not_a_lesson/scratch.ipynb"][h] == "" for h in header[5:])
 
 
@@ -151,7 +156,7 @@ def test_progress_lines_and_summary_are_printed(batch):
     assert "status: ok 11 · timeout 1 · error 1 · invalid 3" in err
     # The endless loop timed out beside another submission, so it was graded again alone.
     assert "ran past the limit while others were being graded; grading" in err
-    assert "1.1 shard" in err and "0.60 of 1  (n=5)" in err  # 3 of 5 lesson-01 runs pass 1.1
+    assert "1.2 shard" in err and "0.60 of 1  (n=5)" in err  # 3 of 5 lesson-01 runs pass 1.2
     assert "s per notebook run, 2 at a time)" in err
 
 
@@ -167,10 +172,10 @@ def test_a_feedback_file_for_every_submission(batch):
 
 def test_feedback_of_a_partly_wrong_submission_says_what_and_hints(batch):
     text = _feedback(batch, f"partly_wrong/{NAMES['01']}")
-    assert "**1 of 3 points**" in text
+    assert "**2 of 4 points**" in text
     assert lesson01.MESSAGES["reduce_local"].format(got=[1, 2, 3]) in text
     assert f"💡 Hint: {lesson01.MESSAGES['reduce_hints'][0]}" in text
-    assert "not attempted yet" in text  # 1.3 was left as the stub
+    assert "not attempted yet" in text  # 1.4 was left as the stub
 
 
 def test_feedback_of_a_timeout_shows_where_it_was_stuck(batch):
@@ -301,10 +306,10 @@ def test_hidden_cases_catch_what_the_visible_check_misses():
     def shard(n, rank, world_size):  # right for the world sizes the check shows, only
         return lesson01.shard(n, rank, world_size) if world_size <= 5 else [rank]
 
-    assert lesson01.q1.evaluate(shard).passed
-    result = lesson01.q1.grade(shard)
+    assert lesson01.q2.evaluate(shard).passed
+    result = lesson01.q2.grade(shard)
     assert result.status == "wrong" and "grader's extra cases" in result.message
-    assert lesson01.q1.grade(lesson01.shard).passed
+    assert lesson01.q2.grade(lesson01.shard).passed
 
 
 def test_an_answer_equal_to_everything_is_not_right():
@@ -315,7 +320,7 @@ def test_an_answer_equal_to_everything_is_not_right():
         def __ne__(self, other):
             return False
 
-    assert lesson02.q1.grade(lambda world_size: Anything()).status == "wrong"
+    assert lesson02.q1.grade(lambda: Anything()).status == "wrong"
 
 
 # ---------------------------------------------------------------- the scorer alone
@@ -335,13 +340,13 @@ def test_an_answer_that_hangs_the_check_is_stopped_and_the_rest_still_scored(tmp
             pass
 
     path = _answers(tmp_path, shard=shard, predict_all_reduce=lambda: [6, 6, 6])
-    results, events = worker.score(path, "01", ["1.1", "1.2", "1.3"], str(tmp_path), limit=3)
+    results, events = worker.score(path, "01", ["1.2", "1.3", "1.4"], str(tmp_path), limit=3)
     assert (
-        results["1.1"]["status"] == "error"
-        and "did not finish within 3 s" in results["1.1"]["message"]
+        results["1.2"]["status"] == "error"
+        and "did not finish within 3 s" in results["1.2"]["message"]
     )
-    assert results["1.2"]["status"] == "correct"
-    assert results["1.3"]["status"] == "missing"
+    assert results["1.3"]["status"] == "correct"
+    assert results["1.4"]["status"] == "missing"
     assert [e["kind"] for e in events] == ["check_timeout"]
 
 
@@ -352,13 +357,13 @@ def test_an_answer_that_kills_the_scorer_costs_only_itself(tmp_path):
     path = _answers(
         tmp_path, predict_all_reduce=predict_all_reduce, predict_all_gather=lambda: [[0, 1, 2]] * 3
     )
-    results, events = worker.score(path, "01", ["1.1", "1.2", "1.3"], str(tmp_path), limit=30)
-    assert results["1.2"] == {
+    results, events = worker.score(path, "01", ["1.2", "1.3", "1.4"], str(tmp_path), limit=30)
+    assert results["1.3"] == {
         "status": "error",
         "message": worker.MESSAGES["check_died"].format(how="exit code 9"),
         "hint": None,
     }
-    assert results["1.3"]["status"] == "correct" and results["1.1"]["status"] == "missing"
+    assert results["1.4"]["status"] == "correct" and results["1.2"]["status"] == "missing"
     assert [e["kind"] for e in events] == ["check_died"]
 
 
@@ -558,9 +563,9 @@ def test_an_answer_that_forks_cannot_hold_the_scorer(tmp_path):
 
     path = _answers(tmp_path, predict_all_reduce=predict_all_reduce)
     started = time.monotonic()
-    results, events = worker.score(path, "01", ["1.2"], str(tmp_path), limit=20)
+    results, events = worker.score(path, "01", ["1.3"], str(tmp_path), limit=20)
     assert time.monotonic() - started < 15
-    assert results["1.2"]["status"] == "correct" and not events
+    assert results["1.3"]["status"] == "correct" and not events
 
 
 def test_the_reference_wrapped_in_a_partial_is_still_the_reference():

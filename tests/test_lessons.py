@@ -77,3 +77,18 @@ def test_the_untouched_lesson_runs_clean_and_every_check_says_not_attempted(path
     assert "✅" not in text and "❌" not in text and "💥" not in text
     total = len(module.EXERCISES)
     assert f"Lesson {path.name[:2]}: 0 of {total} exercises pass" in text
+
+
+@pytest.mark.parametrize("path", LESSON_FILES, ids=lambda p: p.name[:2])
+def test_the_estimate_at_the_top_is_what_the_core_path_counts_to(path):
+    from ddp_helpers.pace import TARGET_MINUTES, core_path, stated
+
+    nb = nbformat.read(path, as_version=4)
+    counted = core_path(nb)
+    assert stated(nb) == (counted.rounded, counted.exercises), (
+        f"solutions/{path.name} says {stated(nb)}; its core path counts to {counted} = "
+        f"{counted.minutes:.1f} min: write 'about {counted.rounded} minutes' at its top"
+    )
+    assert counted.rounded <= TARGET_MINUTES, "move material to the Going further section"
+    readme = (ROOT / "README.md").read_text()
+    assert re.search(rf"`{path.stem}`.*\| {counted.rounded} min \|", readme), "README table"

@@ -177,12 +177,22 @@ class Exercise:
         return f"<exercise {self.id}: {self.name}>"
 
 
-def run_on_ranks(harness, *args, nprocs: int = 2, timeout: float = 30, hang_hint=None):
+def run_on_ranks(
+    harness, *args, nprocs: int = 2, nnodes: int = 1, timeout: float = 30, hang_hint=None
+):
     """Run a checker's harness on N CPU ranks; a hang becomes a Wrong that names it."""
     from ..launcher import DistributedError, launch
 
     try:
-        return launch(harness, *args, nprocs=nprocs, backend="gloo", timeout=timeout, ordered=True)
+        return launch(
+            harness,
+            *args,
+            nprocs=nprocs,
+            nnodes=nnodes,
+            backend="gloo",
+            timeout=timeout,
+            ordered=True,
+        )
     except DistributedError as exc:
         if exc.kind == "timeout":
             raise Wrong(MESSAGES["hang"].format(timeout=timeout), hint=hang_hint) from None

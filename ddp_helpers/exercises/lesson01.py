@@ -3,11 +3,40 @@
 from __future__ import annotations
 
 import math
+import os
 
-from ._core import Exercise, Wrong
+from ._core import Exercise, Wrong, run_on_ranks
 from ._core import progress as _progress
 
 MESSAGES = {
+    "gpu_hints": [
+        "GPUs are numbered on each machine separately: every machine has its own cuda:0. "
+        "RANK counts across all machines, so on the second machine it is already past the "
+        "last GPU number there.",
+        "torchrun (and `launch`) tell each rank its number on its own machine in the "
+        "environment variable LOCAL_RANK.",
+        'return torch.device("cuda", int(os.environ["LOCAL_RANK"]))',
+    ],
+    "gpu_type": (
+        "It returned {got} on rank {rank}; return a torch.device such as "
+        "torch.device('cuda', 1) (or the string 'cuda:1')."
+    ),
+    "gpu_no_index": (
+        "It returned {got}: without a number every rank uses the current GPU, cuda:0 by "
+        "default, and they all pile onto one card. Give each rank its own."
+    ),
+    "gpu_global": (
+        "Rank {rank} is rank {local} on machine {node}, which has GPUs cuda:0 to "
+        "cuda:{last}; it returned {got}, which does not exist there."
+    ),
+    "gpu_node": (
+        "Ranks {ranks} on machine {node} all returned {got}: each rank of a machine needs a "
+        "GPU of its own."
+    ),
+    "gpu_other": (
+        "Rank {rank} (local rank {local} on machine {node}) returned {got}; {want} is its GPU."
+    ),
+    "gpu_ok": "cuda:LOCAL_RANK on every rank of 2 machines x 2 ranks and 3 machines x 2 ranks.",
     "shard_hints": [
         "DistributedSampler deals items out like cards: rank r gets items r, r + W, "
         "r + 2W, ... where W is the world size. It does not cut the data into blocks.",
@@ -53,6 +82,67 @@ MESSAGES = {
     "gather_other": "{got} is not it: every rank receives the ranks 0, 1, 2 in order.",
     "gather_ok": "Every rank ends with [0, 1, 2].",
 }
+
+
+def gpu_for_this_rank():
+    import torch
+
+    return torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+
+
+def _gpu_harness(gpu_for_this_rank):
+    """In each rank: its answer, as text, next to where the rank really is."""
+    answer = gpu_for_this_rank()
+    keys = ("RANK", "LOCAL_RANK", "GROUP_RANK", "LOCAL_WORLD_SIZE")
+    return {k: int(os.environ[k]) for k in keys}, _device_name(answer)
+
+
+def _device_name(answer):
+    """'cuda:1' for torch.device('cuda', 1), 'cuda:1' or 1; else the answer's repr."""
+    import torch
+
+    if isinstance(answer, bool):
+        return repr(answer)
+    if isinstance(answer, int):
+        return f"cuda:{answer}"
+    if isinstance(answer, str):
+        try:
+            answer = torch.device(answer)
+        except RuntimeError:
+            return repr(answer)
+    if isinstance(answer, torch.device):
+        return str(answer)
+    return repr(answer)
+
+
+def _check_gpu(fn, layouts=((4, 2), (6, 3))) -> str:
+    for nprocs, nnodes in layouts:
+        results = run_on_ranks(_gpu_harness, fn, nprocs=nprocs, nnodes=nnodes)
+        for env, got in results:
+            want = f"cuda:{env['LOCAL_RANK']}"
+            if got == want:
+                continue
+            rank, local, node = env["RANK"], env["LOCAL_RANK"], env["GROUP_RANK"]
+            if not got.startswith(("cuda", "cpu")):
+                raise Wrong(MESSAGES["gpu_type"].format(got=got, rank=rank), hint=1)
+            if got == "cuda":
+                raise Wrong(MESSAGES["gpu_no_index"].format(got=got), hint=1)
+            if got == f"cuda:{rank}":
+                last = env["LOCAL_WORLD_SIZE"] - 1
+                args = dict(rank=rank, local=local, node=node, last=last, got=got)
+                raise Wrong(MESSAGES["gpu_global"].format(**args), hint=0)
+            same = [e["RANK"] for e, g in results if e["GROUP_RANK"] == node and g == got]
+            if len(same) > 1:
+                ranks = ", ".join(map(str, same))
+                raise Wrong(MESSAGES["gpu_node"].format(ranks=ranks, node=node, got=got), hint=1)
+            args = dict(rank=rank, local=local, node=node, got=got, want=want)
+            raise Wrong(MESSAGES["gpu_other"].format(**args), hint=1)
+    return MESSAGES["gpu_ok"]
+
+
+def _hidden_gpu(fn) -> str:
+    # Eight ranks on two machines, and one machine: layouts the check does not show.
+    return _check_gpu(fn, ((8, 2), (2, 1)))
 
 
 def _reference_shard(n: int, rank: int, world_size: int) -> list[int]:
@@ -134,14 +224,22 @@ def _check_gather(fn) -> str:
     raise Wrong(MESSAGES["gather_other"].format(got=list(got)), hint=0)
 
 
-q1 = Exercise("1.1", "shard", _check_shard, MESSAGES["shard_hints"], shard, hidden=_hidden_shard)
-q2 = Exercise(
-    "1.2", "predict_all_reduce", _check_reduce, MESSAGES["reduce_hints"], predict_all_reduce
+q1 = Exercise(
+    "1.1",
+    "gpu_for_this_rank",
+    _check_gpu,
+    MESSAGES["gpu_hints"],
+    gpu_for_this_rank,
+    hidden=_hidden_gpu,
 )
+q2 = Exercise("1.2", "shard", _check_shard, MESSAGES["shard_hints"], shard, hidden=_hidden_shard)
 q3 = Exercise(
-    "1.3", "predict_all_gather", _check_gather, MESSAGES["gather_hints"], predict_all_gather
+    "1.3", "predict_all_reduce", _check_reduce, MESSAGES["reduce_hints"], predict_all_reduce
 )
-EXERCISES = [q1, q2, q3]
+q4 = Exercise(
+    "1.4", "predict_all_gather", _check_gather, MESSAGES["gather_hints"], predict_all_gather
+)
+EXERCISES = [q1, q2, q3, q4]
 
 
 def progress() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from unittest import mock
 
 from ._core import Exercise, Wrong, run_on_ranks
@@ -9,20 +10,28 @@ from ._core import progress as _progress
 
 MESSAGES = {
     "backend_hints": [
-        "nccl only runs on NVIDIA GPUs; gloo runs on the CPU (and can also move GPU tensors).",
-        "nccl needs one GPU per rank: two ranks cannot share one GPU. Compare "
-        "torch.cuda.device_count() with the world size.",
-        "if torch.cuda.is_available() and torch.cuda.device_count() >= world_size: "
-        "return 'nccl', else return 'gloo'.",
+        "nccl only runs on NVIDIA GPUs; gloo runs on the CPU. Without CUDA, nccl fails at "
+        "init_process_group.",
+        "nccl needs a GPU of its own for every rank on a machine. Compare the GPUs this "
+        "machine has with the ranks this machine runs: LOCAL_WORLD_SIZE, not WORLD_SIZE "
+        "(which counts the ranks of every machine).",
+        "if torch.cuda.is_available() and torch.cuda.device_count() >= "
+        'int(os.environ["LOCAL_WORLD_SIZE"]): return "nccl", else return "gloo".',
     ],
-    "backend_case": (
-        "With {gpus} GPU(s) and {w} ranks, pick_backend({w}) returned {got!r}; it should "
-        "be {want!r}. {why}"
+    "backend_case": ("On {machine}, pick_backend() returned {got!r}; it should be {want!r}. {why}"),
+    "machine_one": "a machine with {gpus} GPU(s) running {local} rank(s)",
+    "machine_many": (
+        "{nodes} machines with {gpus} GPU(s) each, {local} ranks per machine "
+        "(WORLD_SIZE={world}, LOCAL_WORLD_SIZE={local})"
     ),
     "why_no_cuda": "Without CUDA, nccl fails at init_process_group.",
-    "why_too_few": "nccl cannot put two ranks on one GPU.",
-    "why_enough": "With a GPU for every rank, nccl is the fast choice.",
-    "backend_ok": "Right on {cases} machines, with and without CUDA.",
+    "why_too_few": "Two ranks of one machine cannot share a GPU under nccl.",
+    "why_enough": "Every rank of this machine has a GPU of its own: nccl is the fast choice.",
+    "why_local": (
+        "Every rank has a GPU of its own on its machine; the ranks of the other machines "
+        "use their own GPUs, so compare with LOCAL_WORLD_SIZE, not WORLD_SIZE."
+    ),
+    "backend_ok": "Right on {cases} machines: with and without CUDA, one machine and several.",
     "avg_hints": [
         "all_reduce with the default op SUM adds every rank's tensor; DDP averages, so "
         "divide by the world size afterwards.",
@@ -44,37 +53,49 @@ MESSAGES = {
 }
 
 
-def pick_backend(world_size):
+def pick_backend():
     import torch
 
-    if torch.cuda.is_available() and torch.cuda.device_count() >= world_size:
-        return "nccl"
-    return "gloo"
+    gpus_here = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    ranks_here = int(os.environ["LOCAL_WORLD_SIZE"])  # ranks on this machine (torchrun)
+    return "nccl" if gpus_here >= ranks_here else "gloo"
 
 
-def _check_backend(fn, cases=None) -> str:
+# (GPUs on each machine, ranks per machine, ranks in all, the right backend, why)
+BACKEND_CASES = [
+    (0, 2, 2, "gloo", "why_no_cuda"),
+    (0, 1, 1, "gloo", "why_no_cuda"),
+    (1, 2, 2, "gloo", "why_too_few"),
+    (4, 2, 2, "nccl", "why_enough"),
+    (2, 2, 2, "nccl", "why_enough"),
+    (8, 8, 16, "nccl", "why_local"),
+    (4, 8, 16, "gloo", "why_too_few"),
+    (2, 2, 4, "nccl", "why_local"),
+]
+
+
+def _check_backend(fn, cases=BACKEND_CASES) -> str:
     import torch
 
-    cases = cases or [
-        (0, 2, "gloo", "why_no_cuda"),
-        (0, 1, "gloo", "why_no_cuda"),
-        (1, 2, "gloo", "why_too_few"),
-        (4, 2, "nccl", "why_enough"),
-        (2, 2, "nccl", "why_enough"),
-        (1, 1, "nccl", "why_enough"),
-    ]
-    for gpus, w, want, why in cases:
+    for gpus, local, world, want, why in cases:
+        env = {"LOCAL_WORLD_SIZE": str(local), "WORLD_SIZE": str(world), "LOCAL_RANK": "0"}
+        env["RANK"] = "0"
         with (
             mock.patch.object(torch.cuda, "is_available", lambda g=gpus: g > 0),
             mock.patch.object(torch.cuda, "device_count", lambda g=gpus: g),
+            mock.patch.dict(os.environ, env),
         ):
-            got = fn(w)
+            got = fn()
         # str(): dist.Backend.GLOO counts as "gloo"; an object equal to everything does not.
         if str(got) != want:
+            nodes = world // local
+            machine = MESSAGES["machine_one" if nodes == 1 else "machine_many"].format(
+                gpus=gpus, local=local, world=world, nodes=nodes
+            )
             hint = 0 if gpus == 0 else 1
             raise Wrong(
                 MESSAGES["backend_case"].format(
-                    gpus=gpus, w=w, got=got, want=want, why=MESSAGES[why]
+                    machine=machine, got=got, want=want, why=MESSAGES[why]
                 ),
                 hint=hint,
             )
@@ -82,9 +103,9 @@ def _check_backend(fn, cases=None) -> str:
 
 
 def _hidden_backend(fn) -> str:
-    # An 8-GPU machine, and one with fewer GPUs than ranks: cases the check does not show.
-    cases = [(8, 8, "nccl", "why_enough"), (8, 4, "nccl", "why_enough")]
-    return _check_backend(fn, cases + [(3, 4, "gloo", "why_too_few")])
+    # Machines the check does not show: more GPUs than ranks, many machines, one GPU each.
+    cases = [(8, 4, 32, "nccl", "why_local"), (3, 4, 8, "gloo", "why_too_few")]
+    return _check_backend(fn, cases + [(1, 1, 8, "nccl", "why_local")])
 
 
 def average_gradients(model):

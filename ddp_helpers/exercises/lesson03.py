@@ -7,32 +7,37 @@ from ._core import progress as _progress
 
 MESSAGES = {
     "sync_hints": [
-        "Looking at this rank's own parameters tells you nothing about the other ranks: "
-        "you have to communicate. Broadcast rank 0's copy of each parameter and compare, "
-        "or all_gather them.",
+        "Looking at this rank's own copy tells you nothing about the other ranks: you have "
+        "to communicate. Broadcast rank 0's copy of each tensor and compare, or all_gather "
+        "them.",
+        "Every tensor that can differ counts: every parameter (weights and biases, the last "
+        "one too) and every buffer (BatchNorm's running statistics, model.buffers()).",
         "Every rank must return the same answer. Count the differences on each rank, then "
         "all_reduce that count so every rank sees the total.",
-        "for p in model.parameters(): ref = p.detach().clone(); dist.broadcast(ref, src=0); "
-        "mismatches += (ref != p).sum(); then dist.all_reduce(mismatches) and return "
-        "mismatches.item() == 0.",
     ],
     "sync_before": (
         "Before wrapping, the ranks' models were built with different seeds, yet "
         "params_in_sync returned True on rank {rank}."
     ),
     "sync_wrap": (
-        "Right after DDP(model) every rank holds rank 0's weights (DDP broadcasts them), "
-        "but params_in_sync returned False on rank {rank}."
+        "Right after DDP(model) every rank holds rank 0's weights and buffers (DDP broadcasts "
+        "them), but params_in_sync returned False on rank {rank}."
     ),
-    "sync_change": (
-        "After rank 1 changed one weight, params_in_sync still returned True on rank {rank}: "
-        "it must compare with the other ranks, not only look at its own copy."
+    "sync_local": (
+        "After rank 1 changed its copy, params_in_sync still returned True on rank {rank} "
+        "every time: it must compare with the other ranks, not only look at its own copy."
+    ),
+    "sync_missed": (
+        "After rank 1 changed {what}, params_in_sync still returned True on rank {rank}: "
+        "a difference anywhere in the model counts."
     ),
     "sync_disagree": (
-        "The ranks disagree (before wrapping, after, after a change; per rank): {answers}. "
-        "Every rank must return the same answer."
+        "The ranks disagree ({cases}; per rank): {answers}. Every rank must return the same answer."
     ),
-    "sync_ok": "False before wrapping, True after, False after a one-rank change, on every rank.",
+    "sync_ok": (
+        "False before wrapping, True after, False after rank 1 changed a weight, a bias, the "
+        "last parameter or a buffer; the same answer on every rank."
+    ),
     "shard_hints": [
         "Each rank takes its own rows of the global batch: with 2 ranks and 8 rows, 4 each, "
         "no row twice and none left out.",
@@ -74,13 +79,31 @@ def params_in_sync(model):
     import torch
     import torch.distributed as dist
 
-    mismatches = torch.zeros(1)
-    for p in model.parameters():
-        reference = p.detach().clone()
-        dist.broadcast(reference, src=0)  # every rank gets rank 0's copy
-        mismatches += (reference != p.detach()).sum()
-    dist.all_reduce(mismatches)  # so that every rank gives the same answer
-    return mismatches.item() == 0
+    tensors = [*model.parameters(), *model.buffers()]  # buffers: BatchNorm's statistics
+    differ = torch.zeros(1, device=tensors[0].device)  # on the model's device, for nccl
+    for t in tensors:
+        rank0 = t.detach().clone()
+        dist.broadcast(rank0, src=0)  # every rank gets rank 0's copy
+        differ += (rank0 != t).sum()
+    dist.all_reduce(differ)  # so that every rank gives the same answer
+    return differ.item() == 0
+
+
+# What rank 1 changes in its copy after wrapping, one at a time: (what, tensor name).
+SYNC_CHANGES = [
+    ("the first weight", "0.weight"),
+    ("a bias in the middle", "1.bias"),
+    ("the last parameter", "3.bias"),
+    ("a buffer (BatchNorm's running mean)", "1.running_mean"),
+]
+
+
+def _sync_model():
+    import torch
+
+    return torch.nn.Sequential(
+        torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3), torch.nn.Tanh(), torch.nn.Linear(3, 2)
+    )
 
 
 def _params_in_sync_harness(params_in_sync):
@@ -91,29 +114,39 @@ def _params_in_sync_harness(params_in_sync):
     dist.init_process_group("gloo")
     try:
         torch.manual_seed(dist.get_rank())  # a different start on every rank
-        model = torch.nn.Linear(4, 3)
-        before = bool(params_in_sync(model))
+        model = _sync_model()
+        answers = {"before": bool(params_in_sync(model))}
         ddp = DDP(model)
-        after_wrap = bool(params_in_sync(ddp))
-        if dist.get_rank() == 1:
+        answers["after wrapping"] = bool(params_in_sync(ddp))
+        state = ddp.module.state_dict()
+        for what, name in SYNC_CHANGES:
+            saved = state[name].clone()
+            if dist.get_rank() == 1:
+                with torch.no_grad():
+                    state[name].view(-1)[-1] += 0.5
+            answers[what] = bool(params_in_sync(ddp))
             with torch.no_grad():
-                ddp.module.weight[0, 0] += 0.5
-        after_change = bool(params_in_sync(ddp))
-        return before, after_wrap, after_change
+                state[name].copy_(saved)
+        return answers
     finally:
         dist.destroy_process_group()
 
 
 def _check_sync(fn) -> str:
-    answers = run_on_ranks(_params_in_sync_harness, fn, nprocs=2, hang_hint=1)
-    if len(set(answers)) > 1:
-        raise Wrong(MESSAGES["sync_disagree"].format(answers=list(answers)), hint=1)
-    for rank, (before, after_wrap, after_change) in enumerate(answers):
-        if after_change:
-            raise Wrong(MESSAGES["sync_change"].format(rank=rank), hint=0)
-        if not after_wrap:
-            raise Wrong(MESSAGES["sync_wrap"].format(rank=rank), hint=2)
-        if before:
+    answers = run_on_ranks(_params_in_sync_harness, fn, nprocs=2, hang_hint=2)
+    if answers[0] != answers[1]:
+        cases = ", ".join(answers[0])
+        table = [list(a.values()) for a in answers]
+        raise Wrong(MESSAGES["sync_disagree"].format(cases=cases, answers=table), hint=2)
+    for rank, got in enumerate(answers):
+        if not got["after wrapping"]:
+            raise Wrong(MESSAGES["sync_wrap"].format(rank=rank), hint=1)
+        missed = [what for what, _ in SYNC_CHANGES if got[what]]
+        if len(missed) == len(SYNC_CHANGES):
+            raise Wrong(MESSAGES["sync_local"].format(rank=rank), hint=0)
+        if missed:
+            raise Wrong(MESSAGES["sync_missed"].format(what=missed[0], rank=rank), hint=1)
+        if got["before"]:
             raise Wrong(MESSAGES["sync_before"].format(rank=rank), hint=0)
     return MESSAGES["sync_ok"]
 

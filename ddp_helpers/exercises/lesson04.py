@@ -10,21 +10,52 @@ from ._core import Exercise, Wrong, run_on_ranks
 from ._core import progress as _progress
 
 MESSAGES = {
-    "indices_hints": [
-        "Without shuffling, DistributedSampler deals the items out in turn: rank r gets "
-        "r, r + 3, r + 6, ...",
-        "Without drop_last, 10 items on 3 ranks are padded to 12 by repeating items 0 and 1, "
-        "so every rank gets 4. With drop_last=True the list is cut to 9 instead: 3 each.",
+    "eval_hints": [
+        "Every rank must count its own share, and then the ranks must add up their counts: "
+        "dist.all_reduce a tensor [correct, total] so that every rank holds the totals.",
+        "DistributedSampler pads the shares by repeating items when the data set does not "
+        "divide by the world size: 513 items on 2 ranks become 514, and one is counted "
+        "twice. For evaluation, give each rank its items without padding: rank r takes "
+        "items r, r + W, r + 2W, ... up to the last one.",
+        "Switch to model.eval() before the loop (dropout off, BatchNorm's running "
+        "statistics used), run it under torch.no_grad(), and put back the mode the model "
+        "was in (model.train(was_training)) afterwards.",
     ],
-    "indices_shape": (
-        "sampler_indices({drop}) should return a dict {{rank: list of indices}} for ranks "
-        "0, 1, 2; it returned {got!r}."
+    "eval_shape": "evaluate returned {got!r} on rank {rank}; return (correct, total), two ints.",
+    "eval_disagree": (
+        "The ranks returned different counts ({got}): each one counted only its own share. "
+        "all_reduce the counts so that every rank holds the totals."
     ),
-    "indices_wrong": (
-        "With drop_last={drop}, rank {rank} gets {want}, not {got}. You can ask the real "
-        "DistributedSampler in a cell to see why."
+    "eval_train_mode": (
+        "The model was in training mode while it evaluated (model.training was True in "
+        "{calls} of {all} forward passes): dropout was still dropping units."
     ),
-    "indices_ok": "Padding repeats items 0 and 1; drop_last cuts the tail instead.",
+    "eval_not_restored": (
+        "After evaluate the model was left in eval mode, so training would go on with "
+        "dropout switched off. Put back the mode it was in."
+    ),
+    "eval_everything": (
+        "Every rank evaluated all {n} items ({rows} rows each): the work was not split."
+    ),
+    "eval_padding": (
+        "It counted {total} examples for a data set of {n}: DistributedSampler repeated "
+        "{extra} item(s) to give every rank the same number, and they were counted twice."
+    ),
+    "eval_dropped": (
+        "It counted {total} examples for a data set of {n}: {missing} item(s) were never "
+        "evaluated (drop_last?). Every held-out example counts once."
+    ),
+    "eval_share": (
+        "It counted {total} examples for a data set of {n}: only one rank's share. "
+        "all_reduce the counts across the ranks."
+    ),
+    "eval_correct": (
+        "It counted all {n} examples, but {got} correct where one process counts {want}."
+    ),
+    "eval_ok": (
+        "{want} of {n} correct, exactly what one process counts: every example once, in eval "
+        "mode, on {ranks} ranks; training mode restored."
+    ),
     "epoch_hints": [
         "A DistributedSampler shuffles with a seed it takes from its epoch number. Unless "
         "you tell it the epoch, every epoch gets the same order.",
@@ -94,40 +125,125 @@ MESSAGES = {
 QUIZ = {1: "b", 2: "a", 3: "c", 4: "a"}
 
 
-def sampler_indices(drop_last):
-    if drop_last:
-        return {0: [0, 3, 6], 1: [1, 4, 7], 2: [2, 5, 8]}
-    return {0: [0, 3, 6, 9], 1: [1, 4, 7, 0], 2: [2, 5, 8, 1]}
+def evaluate(model, dataset, batch_size=128):
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader, Subset
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    mine = Subset(dataset, range(rank, len(dataset), world))  # like the sampler, no padding
+    device = next(model.parameters()).device
+    counts = torch.zeros(2, dtype=torch.long, device=device)  # correct, total
+    was_training = model.training
+    model.eval()  # dropout off, BatchNorm's running statistics
+    with torch.no_grad():
+        for x, y in DataLoader(mine, batch_size=batch_size):
+            x, y = x.to(device), y.to(device)
+            counts[0] += (model(x).argmax(1) == y).sum()
+            counts[1] += len(y)
+    model.train(was_training)
+    dist.all_reduce(counts)  # integer counts: exact
+    return int(counts[0]), int(counts[1])
 
 
-def _true_indices(drop_last: bool) -> dict:
-    from torch.utils.data.distributed import DistributedSampler
+def _spy_model(seed: int = 0):
+    import torch
 
-    return {
-        r: list(
-            DistributedSampler(
-                range(10), num_replicas=3, rank=r, shuffle=False, drop_last=drop_last
+    class Spy(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.calls = []
+
+        def forward(self, x):
+            self.calls.append((self.training, x.shape[0]))
+            return x
+
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(
+        Spy(),
+        torch.nn.Linear(2, 32),
+        torch.nn.ReLU(),
+        torch.nn.Dropout(0.5),  # in training mode it changes the predictions
+        torch.nn.Linear(32, 2),
+    )
+
+
+def _eval_data(n: int):
+    import torch
+    from torch.utils.data import TensorDataset
+
+    gen = torch.Generator().manual_seed(n)
+    x = torch.randn(n, 2, generator=gen)
+    return TensorDataset(x, ((x[:, 0] * x[:, 1]) > 0).long())
+
+
+def _evaluate_harness(evaluate, n):
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo")
+    try:
+        model = DDP(_spy_model())
+        model.train()
+        got = evaluate(model, _eval_data(n))
+        try:
+            got = tuple(int(v) for v in got)
+        except (TypeError, ValueError):
+            got = repr(got)
+        return {"got": got, "calls": model.module[0].calls, "training_after": model.training}
+    finally:
+        dist.destroy_process_group()
+
+
+def _one_process_count(n: int) -> int:
+    import torch
+
+    model = _spy_model().eval()
+    x, y = _eval_data(n).tensors
+    with torch.no_grad():
+        return int((model(x).argmax(1) == y).sum())
+
+
+def _check_evaluate(fn, cases=((2, 513),)) -> str:
+    for ranks, n in cases:
+        results = run_on_ranks(_evaluate_harness, fn, n, nprocs=ranks, hang_hint=0)
+        for rank, r in enumerate(results):
+            if not isinstance(r["got"], tuple) or len(r["got"]) != 2:
+                raise Wrong(MESSAGES["eval_shape"].format(got=r["got"], rank=rank), hint=0)
+        answers = [r["got"] for r in results]
+        calls = [c for r in results for c in r["calls"]]
+        in_training = sum(training for training, _ in calls)
+        if in_training:
+            raise Wrong(
+                MESSAGES["eval_train_mode"].format(calls=in_training, all=len(calls)), hint=2
             )
-        )
-        for r in range(3)
-    }
+        if not all(r["training_after"] for r in results):
+            raise Wrong(MESSAGES["eval_not_restored"], hint=2)
+        rows = [sum(k for _, k in r["calls"]) for r in results]
+        if all(k >= n for k in rows):
+            raise Wrong(MESSAGES["eval_everything"].format(n=n, rows=rows[0]), hint=0)
+        if len(set(answers)) > 1:
+            raise Wrong(MESSAGES["eval_disagree"].format(got=answers), hint=0)
+        correct, total = answers[0]
+        padded = -(-n // ranks) * ranks
+        if total != n:
+            args = dict(total=total, n=n, extra=padded - n, missing=n - total)
+            if total == padded:
+                raise Wrong(MESSAGES["eval_padding"].format(**args), hint=1)
+            if total in {len(range(r, n, ranks)) for r in range(ranks)} | {padded // ranks}:
+                raise Wrong(MESSAGES["eval_share"].format(**args), hint=0)
+            if total < n:
+                raise Wrong(MESSAGES["eval_dropped"].format(**args), hint=1)
+            raise Wrong(MESSAGES["eval_padding"].format(**args), hint=1)
+        want = _one_process_count(n)
+        if correct != want:
+            raise Wrong(MESSAGES["eval_correct"].format(n=n, got=correct, want=want), hint=2)
+    return MESSAGES["eval_ok"].format(want=want, n=n, ranks=ranks)
 
 
-def _check_indices(fn) -> str:
-    for drop in (False, True):
-        got = fn(drop)
-        want = _true_indices(drop)
-        if not isinstance(got, dict) or sorted(got) != [0, 1, 2]:
-            raise Wrong(MESSAGES["indices_shape"].format(drop=drop, got=got), hint=0)
-        for rank in range(3):
-            if [int(i) for i in got[rank]] != want[rank]:
-                raise Wrong(
-                    MESSAGES["indices_wrong"].format(
-                        drop=drop, rank=rank, want=want[rank], got=got[rank]
-                    ),
-                    hint=1 if len(got[rank]) != len(want[rank]) else 0,
-                )
-    return MESSAGES["indices_ok"]
+def _hidden_evaluate(fn) -> str:
+    # Three ranks, where the sampler pads with two repeats: a world size the check never shows.
+    return _check_evaluate(fn, ((3, 514),))
 
 
 def train_epochs(model, loader, sampler, optimizer, epochs):
@@ -421,7 +537,9 @@ def _check_quiz(fn) -> str:
     return MESSAGES["quiz_ok"].format(n=len(QUIZ))
 
 
-q1 = Exercise("4.1", "sampler_indices", _check_indices, MESSAGES["indices_hints"], sampler_indices)
+q1 = Exercise(
+    "4.1", "evaluate", _check_evaluate, MESSAGES["eval_hints"], evaluate, hidden=_hidden_evaluate
+)
 q2 = Exercise("4.2", "train_epochs", _check_train_epochs, MESSAGES["epoch_hints"], train_epochs)
 q3 = Exercise("4.3", "save_checkpoint", _check_save, MESSAGES["save_hints"], save_checkpoint)
 q4 = Exercise("4.4", "load_checkpoint", _check_load, MESSAGES["load_hints"], load_checkpoint)
