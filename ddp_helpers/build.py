@@ -22,6 +22,14 @@ MESSAGES = {
     ),
     "missing": "lessons/{name} is missing: run `python -m ddp_helpers build`.",
     "extra": "lessons/{name} has no solution notebook: delete it or add solutions/{name}.",
+    "unlisted": (
+        "solutions/{name} is not a lesson of the course: add it to LESSONS in "
+        "ddp_helpers/exercises/__init__.py (with its exercises in lesson{number}.py), or "
+        "rename it to one that is listed."
+    ),
+    "unwritten": (
+        "LESSONS lists solutions/{name}, which does not exist: write it or drop the entry."
+    ),
     "wrote": "wrote lessons/{name} ({regions} exercises)",
     "in_sync": "lessons/ is in sync with solutions/ ({count} notebooks)",
     "executed": "executed solutions/{name} in {seconds:.1f} s",
@@ -90,15 +98,28 @@ def _solutions(folder: Path) -> list[Path]:
 
 
 def build_lessons(
-    solutions: Path = ROOT / "solutions", lessons: Path = ROOT / "lessons", check: bool = False
+    solutions: Path = ROOT / "solutions",
+    lessons: Path = ROOT / "lessons",
+    check: bool = False,
+    listed: set[str] | None = None,
 ) -> list[str]:
-    """Write lessons/ from solutions/, or with check=True list what is out of date."""
+    """Write lessons/ from solutions/, or with check=True list what is out of date.
+
+    `listed`: the notebook names the course's lessons must have; by default, for the
+    project's own solutions/, those of the LESSONS registry.
+    """
     import nbformat
 
+    if listed is None and Path(solutions) == ROOT / "solutions":
+        from .exercises import LESSONS, notebook_name
+
+        listed = {notebook_name(lesson) for lesson in LESSONS}
     problems = []
     names = set()
     for path in _solutions(solutions):
         names.add(path.name)
+        if listed is not None and path.name not in listed:
+            problems.append(MESSAGES["unlisted"].format(name=path.name, number=path.name[:2]))
         nb = nbformat.read(path, as_version=4)
         lesson, regions = make_lesson(nb, path.name)
         text = nbformat.writes(lesson) + "\n"
@@ -112,6 +133,8 @@ def build_lessons(
             lessons.mkdir(parents=True, exist_ok=True)
             target.write_text(text, encoding="utf-8")
             print(MESSAGES["wrote"].format(name=path.name, regions=regions))
+    for name in sorted((listed or set()) - names):
+        problems.append(MESSAGES["unwritten"].format(name=name))
     for extra in sorted(p.name for p in lessons.glob("[0-9][0-9]_*.ipynb")):
         if extra not in names:
             problems.append(MESSAGES["extra"].format(name=extra))

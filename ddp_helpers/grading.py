@@ -33,13 +33,6 @@ from .launcher import with_this_package
 
 STATUSES = ("ok", "timeout", "error", "invalid")
 DEFAULT_TIMEOUT = 300.0
-# The course's notebook names: a file named like one lesson must hold that lesson.
-SLUGS = {
-    "01": "rank_and_world_size",
-    "02": "process_group",
-    "03": "ddp_wrap",
-    "04": "sampler_and_checkpoint",
-}
 _IMPORT = re.compile(r"\bddp_helpers\.exercises(?:\s+import\s+|\.)lesson(\d\d)\b")
 _IMPORT_AS_EX = re.compile(r"\bddp_helpers\.exercises\s+import\s+lesson(\d\d)\s+as\s+ex\b")
 
@@ -179,7 +172,8 @@ def lesson_of(path) -> tuple[str | None, str | None]:
     )
     if not found:
         return None, MESSAGES["no_lesson"]
-    named = [n for n, slug in SLUGS.items() if slug in Path(path).name]
+    # A file named like one of the course's notebooks must hold that lesson.
+    named = [n for n, slug in LESSONS.items() if slug in Path(path).name]
     if len(found) > 1:
         # A lesson may import another's checks (to run an old one again): the lesson is
         # the one imported `as ex`, as every lesson does, or else the one its name says.

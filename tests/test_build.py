@@ -78,7 +78,7 @@ def test_the_cli_exits_non_zero_when_lessons_are_stale(tmp_path, monkeypatch):
     nbformat.write(_notebook(), solutions / "07_demo.ipynb")
     from ddp_helpers.__main__ import main
 
-    monkeypatch.setattr(build.build_lessons, "__defaults__", (solutions, lessons, False))
+    monkeypatch.setattr(build.build_lessons, "__defaults__", (solutions, lessons, False, None))
     assert main(["build", "--check"]) == 1
     assert main(["build"]) == 0
     assert main(["build", "--check"]) == 0
@@ -89,3 +89,12 @@ def test_the_cli_help_lists_build():
         [sys.executable, "-m", "ddp_helpers", "--help"], cwd=ROOT, capture_output=True, text=True
     )
     assert out.returncode == 0 and "build" in out.stdout
+
+
+def test_a_solution_outside_the_registry_and_a_listed_lesson_without_one_are_named(tmp_path):
+    solutions, lessons = tmp_path / "solutions", tmp_path / "lessons"
+    solutions.mkdir()
+    nbformat.write(_notebook(), solutions / "07_demo.ipynb")
+    problems = build_lessons(solutions, lessons, listed={"08_next.ipynb"})
+    assert any("solutions/07_demo.ipynb is not a lesson of the course" in p for p in problems)
+    assert any("LESSONS lists solutions/08_next.ipynb, which does not exist" in p for p in problems)

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import inspect
+import re
 import textwrap
 import traceback
 from dataclasses import dataclass
+
+from ..launcher import DistributedError
 
 # Learner-facing text of this module, in one place so that it can be translated.
 MESSAGES = {
@@ -13,6 +16,10 @@ MESSAGES = {
     "not_attempted": (
         "⏳ Exercise {id}: not attempted yet. Replace `raise NotImplementedError(...)` with "
         "your code, run that cell, then run this check again."
+    ),
+    "not_attempted_other": (
+        "⏳ Exercise {id}: not attempted yet: your code calls exercise {other}, which still "
+        "says `raise NotImplementedError(...)`. Finish that one first."
     ),
     "wrong": "❌ Exercise {id}: not yet. {detail}",
     "error": "💥 Exercise {id}: your code raised an error.\n{detail}",
@@ -76,13 +83,23 @@ def _short_traceback(exc: BaseException, limit: int = 4) -> str:
     return "".join(lines) + "".join(traceback.format_exception_only(type(exc), exc))
 
 
-def _is_stub(exc: BaseException) -> bool:
-    # The stub the build writes, raised by the learner's function (or inside a rank).
+_STUB = re.compile(r"exercise (\d+\.\d+)")
+
+
+def _stub_of(exc: BaseException) -> str | None:
+    """The exercise whose build-written stub raised exc (also inside a rank), or None.
+
+    Only `raise NotImplementedError("exercise N.M")`, as `build` writes it, means "not
+    attempted"; any other NotImplementedError is the answer's own error.
+    """
     if isinstance(exc, NotImplementedError):
-        return True
-    return type(exc).__name__ == "DistributedError" and getattr(exc, "exc_type", None) == (
-        "NotImplementedError"
-    )
+        text = str(exc)
+    elif isinstance(exc, DistributedError) and exc.exc_type == "NotImplementedError":
+        text = exc.exc_message or ""
+    else:
+        return None
+    m = _STUB.fullmatch(text.strip())
+    return m.group(1) if m else None
 
 
 class Exercise:
@@ -125,16 +142,16 @@ class Exercise:
         except BaseException as exc:  # noqa: BLE001 - a learner's error is a result
             if isinstance(exc, KeyboardInterrupt):
                 raise
-            if _is_stub(exc):
-                result = Result(
-                    self.id, "not_attempted", MESSAGES["not_attempted"].format(id=self.id)
-                )
-            else:
+            stub = _stub_of(exc)
+            if stub is not None:
                 text = (
-                    str(exc)
-                    if type(exc).__name__ == "DistributedError"
-                    else (_short_traceback(exc))
+                    MESSAGES["not_attempted"].format(id=self.id)
+                    if stub == self.id
+                    else MESSAGES["not_attempted_other"].format(id=self.id, other=stub)
                 )
+                result = Result(self.id, "not_attempted", text)
+            else:
+                text = str(exc) if isinstance(exc, DistributedError) else _short_traceback(exc)
                 result = Result(self.id, "error", MESSAGES["error"].format(id=self.id, detail=text))
         else:
             result = Result(
@@ -181,7 +198,7 @@ def run_on_ranks(
     harness, *args, nprocs: int = 2, nnodes: int = 1, timeout: float = 30, hang_hint=None
 ):
     """Run a checker's harness on N CPU ranks; a hang becomes a Wrong that names it."""
-    from ..launcher import DistributedError, launch
+    from ..launcher import launch
 
     try:
         return launch(

@@ -58,28 +58,34 @@ MESSAGES = {
     "shard_other": "shard({n}, {rank}, {w}) returned {got} but DistributedSampler gives {want}.",
     "shard_ok": "It matches DistributedSampler for {cases} cases (n up to 17, 1-5 ranks).",
     "reduce_hints": [
-        "all_reduce combines the tensors of all ranks (here: sums them) and writes the "
-        "result back into the tensor on every rank, in place.",
-        "On 3 ranks the tensors hold 1, 2 and 3.",
+        "all_reduce combines the tensors of all ranks (by default it sums them) and writes "
+        "the result back into the tensor on every rank, in place.",
+        "Before the call, ranks 0, 1 and 2 hold 1, 2 and 3.",
     ],
     "reduce_shape": "Give one value per rank: a list of 3 numbers (what ranks 0, 1, 2 hold).",
     "reduce_local": (
         "{got} is what each rank held before the call. all_reduce leaves the combined "
         "result on every rank."
     ),
-    "reduce_other": "{got} is not it: each rank ends with the sum of 1 + 2 + 3.",
+    "reduce_other": (
+        "{got} is not it. After an all_reduce every rank holds the same value: what all "
+        "the ranks held before, summed."
+    ),
     "reduce_ok": "Every rank holds 1 + 2 + 3 = 6 after the all_reduce.",
     "gather_hints": [
         "all_gather collects one tensor from every rank and gives every rank the whole "
         "collection, in rank order.",
-        "Each of the 3 ranks ends with the same list of 3 values.",
+        "Rank r contributes r. Each of the 3 ranks ends with the same list of 3 values.",
     ],
     "gather_shape": ("Give what each rank holds afterwards: a list of 3 lists, one per rank."),
     "gather_one": (
-        "{got} is what one rank ends with, but every rank gets it: give a list with "
-        "one such list per rank."
+        "{got} looks like what one rank ends with, but the question asks what each rank "
+        "holds: give a list with one entry per rank."
     ),
-    "gather_other": "{got} is not it: every rank receives the ranks 0, 1, 2 in order.",
+    "gather_other": (
+        "{got} is not it. all_gather collects every rank's tensor, in rank order, and every "
+        "rank receives the whole collection."
+    ),
     "gather_ok": "Every rank ends with [0, 1, 2].",
 }
 
@@ -180,7 +186,7 @@ def _check_shard(fn, grid=None) -> str:
                 raise Wrong(MESSAGES["shard_blocks"].format(**args), hint=0)
             if len(got) != size:
                 raise Wrong(MESSAGES["shard_length"].format(**args), hint=1)
-            raise Wrong(MESSAGES["shard_other"].format(**args), hint=2)
+            raise Wrong(MESSAGES["shard_other"].format(**args), hint=1)
     return MESSAGES["shard_ok"].format(cases=cases)
 
 
@@ -202,7 +208,7 @@ def _check_reduce(fn) -> str:
         return MESSAGES["reduce_ok"]
     if values == [1.0, 2.0, 3.0]:
         raise Wrong(MESSAGES["reduce_local"].format(got=list(got)), hint=0)
-    raise Wrong(MESSAGES["reduce_other"].format(got=list(got)), hint=1)
+    raise Wrong(MESSAGES["reduce_other"].format(got=list(got)), hint=0)
 
 
 def predict_all_gather():
@@ -212,13 +218,13 @@ def predict_all_gather():
 def _check_gather(fn) -> str:
     got = fn()
     if isinstance(got, (list, tuple)) and [*got] in ([0, 1, 2], [0.0, 1.0, 2.0]):
-        raise Wrong(MESSAGES["gather_one"].format(got=list(got)), hint=1)
+        raise Wrong(MESSAGES["gather_one"].format(got=list(got)), hint=0)
     if not isinstance(got, (list, tuple)) or len(got) != 3:
-        raise Wrong(MESSAGES["gather_shape"], hint=1)
+        raise Wrong(MESSAGES["gather_shape"], hint=0)
     try:
         values = [[float(v) for v in row] for row in got]
     except TypeError:
-        raise Wrong(MESSAGES["gather_shape"], hint=1) from None
+        raise Wrong(MESSAGES["gather_shape"], hint=0) from None
     if values == [[0.0, 1.0, 2.0]] * 3:
         return MESSAGES["gather_ok"]
     raise Wrong(MESSAGES["gather_other"].format(got=list(got)), hint=0)

@@ -34,11 +34,11 @@ MESSAGES = {
     "backend_ok": "Right on {cases} machines: with and without CUDA, one machine and several.",
     "avg_hints": [
         "all_reduce with the default op SUM adds every rank's tensor; DDP averages, so "
-        "divide by the world size afterwards.",
-        "Loop over model.parameters(); skip a parameter whose .grad is None; call "
-        "dist.all_reduce(p.grad) on every rank, then p.grad /= dist.get_world_size().",
+        "divide by the world size afterwards (or ask all_reduce for ReduceOp.AVG).",
         "Every rank must make the same collective calls in the same order. A call inside "
         "`if rank == 0:` leaves the other ranks out and the job hangs.",
+        "Loop over model.parameters(); skip a parameter whose .grad is None; call "
+        "dist.all_reduce(p.grad) on every rank, then p.grad /= dist.get_world_size().",
     ],
     "avg_sum": (
         "Your gradients are {ratio:.2f} times DDP's: all_reduce sums, so divide by the world "
@@ -151,15 +151,15 @@ def _average_gradients_harness(average_gradients):
 
 
 def _check_average(fn) -> str:
-    results = run_on_ranks(_average_gradients_harness, fn, nprocs=2, hang_hint=2)
+    results = run_on_ranks(_average_gradients_harness, fn, nprocs=2, hang_hint=1)
     worst = max(results, key=lambda r: r["diff"])
     if worst["diff"] <= 1e-6:
         return MESSAGES["avg_ok"].format(diff=worst["diff"])
     if all(r["unchanged"] for r in results):
-        raise Wrong(MESSAGES["avg_unchanged"], hint=1)
+        raise Wrong(MESSAGES["avg_unchanged"], hint=0)
     if abs(worst["ratio"] - 2.0) < 0.05:
         raise Wrong(MESSAGES["avg_sum"].format(ratio=worst["ratio"]), hint=0)
-    raise Wrong(MESSAGES["avg_differ"].format(diff=worst["diff"]), hint=1)
+    raise Wrong(MESSAGES["avg_differ"].format(diff=worst["diff"]), hint=0)
 
 
 q1 = Exercise(
