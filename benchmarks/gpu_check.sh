@@ -60,6 +60,32 @@ assert all(x.device.type == "cpu" and x.item() == n * (n + 1) / 2 for x in r), r
 print("nccl all_reduce on", n, "GPUs:", r[0].item())
 PYEOF
 
+# Two simulated machines: each must see only its own GPUs and pin cuda:LOCAL_RANK; with
+# too few GPUs for that, the ranks must see none and run on gloo (never "Duplicate GPU").
+step "simulated nodes on GPUs" $PY - <<PYEOF
+from ddp_helpers import launch
+n = $gpus
+def where():
+    import os, torch, torch.distributed as dist
+    dist.init_process_group()  # no backend named: torch picks from what this rank sees
+    t = torch.ones(1, device="cuda" if torch.cuda.is_available() else "cpu")
+    dist.all_reduce(t)
+    seen = os.environ.get("CUDA_VISIBLE_DEVICES"), torch.cuda.device_count()
+    current = torch.cuda.current_device() if torch.cuda.is_available() else None
+    dist.destroy_process_group()
+    return int(os.environ["LOCAL_RANK"]), seen, current, t.item()
+if n >= 2 and n % 2 == 0:
+    r = launch(where, nprocs=n, nnodes=2, timeout=120)
+    half = n // 2
+    for rank, (local, (visible, count), current, total) in enumerate(r):
+        assert count == half and current == local and total == n, r
+        assert visible.split(",")[0] == str((rank // half) * half), r
+    print("2 simulated nodes x", half, "GPUs:", [x[1][0] for x in r])
+r = launch(where, nprocs=2 * (n // 2 + 1), nnodes=2, timeout=120)  # too few GPUs: none
+assert all(count == 0 and current is None for _, (_, count), current, _ in r), r
+print("too few GPUs: every rank on the CPU")
+PYEOF
+
 step "pytest on the GPU machine" $PY -m pytest -q -x tests/test_launch.py tests/test_faults.py -p no:cacheprovider
 
 step "exported script under torchrun (nccl)" bash -c '
