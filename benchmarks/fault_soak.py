@@ -22,11 +22,12 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 def _leftovers() -> list:
     import psutil
 
-    import ddp_helpers.launcher as L
+    from ddp_helpers.launcher import client
 
-    if L._zygote is None:
+    zygote = client.running()
+    if zygote is None:
         return []
-    kids = psutil.Process(L._zygote.proc.pid).children(recursive=True)
+    kids = psutil.Process(zygote.proc.pid).children(recursive=True)
     return [
         p for p in kids if p.is_running() and p.status() != "zombie" and p.name() != "ddp-spare"
     ]
@@ -38,7 +39,8 @@ def main() -> int:
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-    from test_faults import CASES, check_case, run_case
+    from test_faults import FULL_MATRIX as CASES
+    from test_faults import check_case, run_case
 
     from ddp_helpers import launch, shutdown
 

@@ -37,6 +37,7 @@ def main() -> int:
     args = parser.parse_args()
 
     from ddp_helpers import grading
+    from ddp_helpers.grading.worker import grade_one
 
     solutions = sorted((ROOT / "solutions").glob("0*.ipynb"))
     print(f"medians of {args.repeats} runs, one submission at a time")
@@ -44,7 +45,7 @@ def main() -> int:
     for path in solutions:
         (sub,) = grading.find_submissions([path])
         alone = statistics.median(_nbclient_seconds(path) for _ in range(args.repeats))
-        rows = [grading.grade_one(sub, grading.DEFAULT_TIMEOUT) for _ in range(args.repeats)]
+        rows = [grade_one(sub, grading.DEFAULT_TIMEOUT) for _ in range(args.repeats)]
         graded = statistics.median(r.seconds for r in rows)
         checks = statistics.median(r.score_seconds for r in rows)
         points = f"{rows[0].points}/{rows[0].max_points}"

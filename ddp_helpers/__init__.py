@@ -1,8 +1,8 @@
 """DDP Basics helpers: launch code on N ranks from a notebook, check exercises, grade."""
 
-from .launcher import DistributedError, Results, launch, shutdown, spawn, warm_up
+from .launcher import DistributedError, Results, launch, run_cell, shutdown, spawn, warm_up
 
-__all__ = ["DistributedError", "Results", "launch", "shutdown", "spawn", "warm_up"]
+__all__ = ["DistributedError", "Results", "launch", "run_cell", "shutdown", "spawn", "warm_up"]
 
 
 def load_ipython_extension(ipython):

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from .exercises import LESSONS
-from .grading import DEFAULT_TIMEOUT
+from .grading.batch import DEFAULT_TIMEOUT
 
 
 def _interrupt_on_termination() -> None:
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.jobs < 1:
             parser.error("--jobs must be 1 or more")
-        from ._grade_worker import become_subreaper, kill_descendants
+        from .procs import become_subreaper, kill_descendants
 
         # A worker killed from outside leaves its processes to this one, which stops them.
         become_subreaper()
@@ -108,8 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     if args.command == "export":
-        from .export import ExportError
-        from .export import export as export_notebook
+        from .authoring.export import ExportError
+        from .authoring.export import export as export_notebook
 
         try:
             print(export_notebook(args.notebook, args.output))
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     if args.command == "build":
-        from .build import BuildError, build_lessons, execute_solutions
+        from .authoring.build import BuildError, build_lessons, execute_solutions
 
         try:
             if args.execute:

@@ -32,7 +32,7 @@ def _names_used(code: types.CodeType) -> set[str]:
 
 def _namespace_for(code: types.CodeType, user_ns: dict, hidden: dict) -> tuple[dict, dict]:
     """The notebook variables the cell uses, pickled by value; and those that cannot be."""
-    from ._pickling import dumps
+    from .launcher.pickling import dumps
 
     shipped, skipped = {}, {}
     for name in sorted(_names_used(code)):
@@ -83,7 +83,7 @@ class DDPMagics(Magics):
             m = _NAME_ERROR.search(exc.exc_message or "")
             if exc.exc_type == "NameError" and m and m.group(1) in skipped:
                 note = MESSAGES["not_sent"].format(name=m.group(1), reason=skipped[m.group(1)])
-                exc.args = (exc.args[0] + note,)
+                exc.report += note
             raise
         except ValueError as exc:
             raise UsageError(str(exc)) from None

@@ -14,11 +14,10 @@ sys.path.insert(0, str(ROOT))
 
 
 def _rank_processes() -> list[psutil.Process]:
-    import ddp_helpers.launcher as L
+    from ddp_helpers.launcher import client
 
-    if L._zygote is None or not L._zygote.alive():
-        return []
-    return psutil.Process(L._zygote.proc.pid).children(recursive=True)
+    zygote = client.running()
+    return [] if zygote is None else psutil.Process(zygote.proc.pid).children(recursive=True)
 
 
 @pytest.fixture
@@ -43,8 +42,7 @@ def _quiet_threads(monkeypatch):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    import ddp_helpers.launcher as L
+    from ddp_helpers.launcher import client
 
-    if L._zygote is not None:
-        L.shutdown()
+    client.shutdown()
     os.environ.pop("DDP_HELPERS_OUTPUT", None)

@@ -29,3 +29,10 @@ def descendants(pid: int) -> list[psutil.Process]:
         return [p for p in psutil.Process(pid).children(recursive=True) if p.is_running()]
     except psutil.NoSuchProcess:
         return []
+
+
+def shown(error) -> str:
+    """What JupyterLab shows for an error output: its traceback lines (the full report)."""
+    import re
+
+    return re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(error["traceback"]))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import re
 import runpy
@@ -19,12 +21,13 @@ LESSON = ROOT / "lessons" / "04_sampler_and_checkpoint.ipynb"
 
 
 def export(notebook, out):
-    return subprocess.run(
-        [sys.executable, "-m", "ddp_helpers", "export", str(notebook), "-o", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
+    """`python -m ddp_helpers export NOTEBOOK -o OUT`, as the command line runs it."""
+    from ddp_helpers.__main__ import main
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        code = main(["export", str(notebook), "-o", str(out)])
+    return subprocess.CompletedProcess([], code, stdout.getvalue(), stderr.getvalue())
 
 
 def torchrun(script, *args):
@@ -53,23 +56,36 @@ def losses(stdout):
     return {int(e): float(v) for e, v in re.findall(r"epoch (\d+): training loss ([\d.]+)", stdout)}
 
 
-def test_the_exported_script_trains_checkpoints_resumes_and_matches_the_notebook(tmp_path):
+def main_of_the_script(script, *argv):
+    """In a rank: the exported script's main(), with this command line."""
+    code = runpy.run_path(str(script), run_name="exported")
+    sys.argv[:] = [str(script), *argv]
+    code["main"]()
+
+
+def test_the_exported_script_trains_checkpoints_resumes_and_matches_the_notebook(tmp_path, capfd):
     script = tmp_path / "train.py"
     result = export(SOLUTION, script)
     assert result.returncode == 0, result.stderr
     assert "torchrun --standalone --nproc-per-node 2" in result.stdout
 
-    first = torchrun(script, "--epochs", "2")
+    first = torchrun(script, "--epochs", "2")  # under torchrun itself, as on a cluster
     assert sorted(losses(first)) == [0, 1]
     assert losses(first)[1] < losses(first)[0]  # it learns
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt", "train.py"]
     assert torch.load(tmp_path / "checkpoint.pt", map_location="cpu")["epoch"] == 1
 
-    second = torchrun(script, "--epochs", "4")
-    assert "resuming from epoch 2" in second
-    assert sorted(losses(second)) == [2, 3] and losses(second)[3] < losses(first)[1]
+    # Started again with the checkpoint there, its main() resumes (the launcher gives the
+    # ranks torchrun's environment: a second torchrun would prove nothing more).
+    os.chdir(tmp_path)
+    try:
+        launch(main_of_the_script, script, "--epochs", "4", nprocs=2, timeout=120, ordered=True)
+    finally:
+        os.chdir(ROOT)
     resumed = torch.load(tmp_path / "checkpoint.pt", map_location="cpu")
     assert resumed["epoch"] == 3
+    second = capfd.readouterr().out
+    assert "[rank 0] resuming from epoch 2" in second and "epoch 3: training loss" in second
 
     # The notebook's own run of the same code, 4 epochs without stopping.
     code = runpy.run_path(str(script), run_name="exported")
@@ -117,7 +133,7 @@ def test_the_script_name_goes_in_its_header_and_nowhere_else(tmp_path):
 
 
 def test_imports_are_grouped_standard_library_first():
-    from ddp_helpers.export import _import_block
+    from ddp_helpers.authoring.export import _import_block
 
     block = _import_block(["import torch", "import os, sys", "from pathlib import Path"])
     assert block == "import os, sys\nfrom pathlib import Path\n\nimport torch"

@@ -8,7 +8,7 @@ import time
 import pytest
 from jupyter_client import KernelManager
 
-from kernel_utils import descendants, error_of, run_cells, stream_text
+from kernel_utils import descendants, error_of, run_cells, shown, stream_text
 
 DEFINE = """
 import os
@@ -21,18 +21,16 @@ def who(scale):
 """
 
 
-@pytest.fixture(scope="module")
-def basic_run():
-    return run_cells(
-        DEFINE,
-        "r = launch(who, 10, nprocs=2)\nprint(list(r))",
-        "r = launch(who, 10, nprocs=3)\nprint(list(r), r.rank0)",
-        # A failing rank: its traceback names the notebook cell and shows the line.
-        "def bad():\n    x = int(os.environ['RANK'])\n    if x == 1:\n"
-        "        raise ValueError(f'rank {x} is unhappy')\n    return x\n\nlaunch(bad, nprocs=2)",
-        "import time\ndef stuck():\n    time.sleep(50)\n\nlaunch(stuck, nprocs=2, timeout=2)",
-        "launch(who, 1, nprocs=2)",  # the next launch after two failures works
-    )
+BASIC = (
+    DEFINE,
+    "r = launch(who, 10, nprocs=2)\nprint(list(r))",
+    "r = launch(who, 10, nprocs=3)\nprint(list(r), r.rank0)",
+    # A failing rank: its traceback names the notebook cell and shows the line.
+    "def bad():\n    x = int(os.environ['RANK'])\n    if x == 1:\n"
+    "        raise ValueError(f'rank {x} is unhappy')\n    return x\n\nlaunch(bad, nprocs=2)",
+    "import time\ndef stuck():\n    time.sleep(50)\n\nlaunch(stuck, nprocs=2, timeout=2)",
+    "launch(who, 1, nprocs=2)",  # the next launch after two failures works
+)
 
 
 def test_notebook_defined_function_runs_on_two_and_three_ranks(basic_run):
@@ -49,14 +47,18 @@ def test_notebook_defined_function_runs_on_two_and_three_ranks(basic_run):
 def test_a_failing_rank_shows_its_notebook_traceback_in_the_cell(basic_run):
     err = error_of(basic_run[3])
     assert err["ename"] == "DistributedError"
-    text = err["evalue"]
+    assert (
+        err["evalue"]
+        == "rank 1 raised ValueError: rank 1 is unhappy. The other ranks were stopped."
+    )
+    text = shown(err)
     assert "rank 1 raised ValueError: rank 1 is unhappy" in text
     assert re.search(r"Cell In\[4\], line 4, in bad", text), text
     assert "raise ValueError(f'rank {x} is unhappy')" in text
 
 
 def test_a_timeout_shows_each_ranks_stack_in_the_notebook_cell(basic_run):
-    text = error_of(basic_run[4])["evalue"]
+    text = shown(error_of(basic_run[4]))
     assert "did not finish within 2 s" in text
     for rank in (0, 1):
         block = text.split(f"rank {rank}:\n", 1)[1]
@@ -68,26 +70,40 @@ def test_the_next_launch_works_after_failures(basic_run):
     assert error_of(basic_run[5]) is None
 
 
+MAGIC = (
+    "%load_ext ddp_helpers\nsteps = 3",
+    "%%ddp -n 2\nimport torch, torch.distributed as dist\ndist.init_process_group('gloo')\n"
+    "t = torch.tensor([dist.get_rank() + 1])\ndist.all_reduce(t)\n"
+    "print(f'rank {dist.get_rank()}: sum={t.item()} steps={steps}')\n"
+    "dist.destroy_process_group()",
+    "%%ddp -n 3 --ordered\nimport os, sys\nprint('out', os.environ['RANK'])\n"
+    "print('err', os.environ['RANK'], file=sys.stderr)",
+    "%%ddp -n 2\nimport os\n\nif os.environ['RANK'] == '0':\n    1 / 0",
+    "%%ddp -n 2 --timeout 2\nimport time\ntime.sleep(30)",
+    "%%ddp -n 0\nprint('never')",
+    "%%ddp --backend mpi\nprint('never')",
+    "import threading\nlock = threading.Lock()",
+    "%%ddp -n 2\nprint(lock)",
+    "%%ddp -n 4 --nnodes 2 --ordered\nimport os\n"
+    "print(os.environ['GROUP_RANK'], os.environ['LOCAL_RANK'], os.environ['LOCAL_WORLD_SIZE'])",
+    "%%ddp -n 3 --nnodes 2\nprint('never')",
+)
+
+
 @pytest.fixture(scope="module")
-def magic_run():
-    return run_cells(
-        "%load_ext ddp_helpers\nsteps = 3",
-        "%%ddp -n 2\nimport torch, torch.distributed as dist\ndist.init_process_group('gloo')\n"
-        "t = torch.tensor([dist.get_rank() + 1])\ndist.all_reduce(t)\n"
-        "print(f'rank {dist.get_rank()}: sum={t.item()} steps={steps}')\n"
-        "dist.destroy_process_group()",
-        "%%ddp -n 3 --ordered\nimport os, sys\nprint('out', os.environ['RANK'])\n"
-        "print('err', os.environ['RANK'], file=sys.stderr)",
-        "%%ddp -n 2\nimport os\n\nif os.environ['RANK'] == '0':\n    1 / 0",
-        "%%ddp -n 2 --timeout 2\nimport time\ntime.sleep(30)",
-        "%%ddp -n 0\nprint('never')",
-        "%%ddp --backend mpi\nprint('never')",
-        "import threading\nlock = threading.Lock()",
-        "%%ddp -n 2\nprint(lock)",
-        "%%ddp -n 4 --nnodes 2 --ordered\nimport os\n"
-        "print(os.environ['GROUP_RANK'], os.environ['LOCAL_RANK'], os.environ['LOCAL_WORLD_SIZE'])",
-        "%%ddp -n 3 --nnodes 2\nprint('never')",
-    )
+def kernel_run():
+    """Every cell above, in one kernel: the launch cells first, then the magic's."""
+    return run_cells(*BASIC, *MAGIC)
+
+
+@pytest.fixture(scope="module")
+def basic_run(kernel_run):
+    return kernel_run[: len(BASIC)]
+
+
+@pytest.fixture(scope="module")
+def magic_run(kernel_run):
+    return kernel_run[len(BASIC) :]
 
 
 def test_magic_runs_the_cell_on_every_rank_with_notebook_variables(magic_run):
@@ -105,12 +121,12 @@ def test_magic_error_points_at_the_cells_own_line(magic_run):
     err = error_of(magic_run[3])
     assert err["ename"] == "DistributedError"
     assert "rank 0 raised ZeroDivisionError: division by zero" in err["evalue"]
-    assert "Cell In[4], line 5, in <module>\n    1 / 0" in err["evalue"]
+    assert "Cell In[10], line 5, in <module>\n    1 / 0" in shown(err)
 
 
 def test_magic_timeout_shows_the_cells_line(magic_run):
-    text = error_of(magic_run[4])["evalue"]
-    assert "Cell In[5], line 3, in <module>\n    time.sleep(30)" in text
+    text = shown(error_of(magic_run[4]))
+    assert "Cell In[11], line 3, in <module>\n    time.sleep(30)" in text
 
 
 def test_magic_bad_options_are_usage_errors(magic_run):
@@ -125,7 +141,7 @@ def test_magic_bad_options_are_usage_errors(magic_run):
 
 
 def test_magic_names_a_notebook_variable_it_could_not_send(magic_run):
-    text = error_of(magic_run[8])["evalue"]
+    text = shown(error_of(magic_run[8]))
     assert "name 'lock' is not defined" in text
     assert "`lock` exists in the notebook but could not be sent" in text
 
@@ -144,24 +160,29 @@ def _wait_idle(kc, msg_id, timeout):
     raise TimeoutError("kernel did not become idle")
 
 
-def test_interrupt_stops_every_rank_within_two_seconds_and_the_kernel_goes_on():
+FOREVER = (
+    "from ddp_helpers import launch\nimport time\n"
+    "def forever():\n    print('started', flush=True)\n    time.sleep(600)\n"
+    "launch(forever, nprocs=2)"
+)
+
+
+def _until_started(kc) -> None:
+    while True:
+        msg = kc.get_iopub_msg(timeout=60)
+        if msg["msg_type"] == "stream" and "started" in msg["content"]["text"]:
+            return
+
+
+def test_interrupt_stops_every_rank_within_two_seconds_and_a_killed_kernel_leaves_none():
     km = KernelManager(kernel_name="python3")
     km.start_kernel()
     kc = km.client()
     kc.start_channels()
     try:
         kc.wait_for_ready(timeout=60)
-        code = (
-            "from ddp_helpers import launch\nimport time\n"
-            "def forever():\n    print('started', flush=True)\n    time.sleep(600)\n"
-            "launch(forever, nprocs=2)"
-        )
-        msg_id = kc.execute(code)
-        t_started = None
-        while t_started is None:
-            msg = kc.get_iopub_msg(timeout=60)
-            if msg["msg_type"] == "stream" and "started" in msg["content"]["text"]:
-                t_started = time.monotonic()
+        msg_id = kc.execute(FOREVER)
+        _until_started(kc)
         time.sleep(0.5)
         ranks = [p for p in descendants(km.provisioner.process.pid) if "rank" in p.name()]
         assert sorted(p.name() for p in ranks) == ["ddp-rank-0", "ddp-rank-1"]
@@ -178,27 +199,9 @@ def test_interrupt_stops_every_rank_within_two_seconds_and_the_kernel_goes_on():
         msg_id = kc.execute("print(list(launch(lambda: 5, nprocs=2)))")
         outputs = _wait_idle(kc, msg_id, timeout=60)
         assert any("[5, 5]" in o.get("text", "") for o in outputs)
-    finally:
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
 
-
-def test_no_rank_outlives_a_killed_kernel():
-    km = KernelManager(kernel_name="python3")
-    km.start_kernel()
-    kc = km.client()
-    kc.start_channels()
-    try:
-        kc.wait_for_ready(timeout=60)
-        kc.execute(
-            "from ddp_helpers import launch\nimport time\n"
-            "def forever():\n    print('started', flush=True)\n    time.sleep(600)\n"
-            "launch(forever, nprocs=2)"
-        )
-        while True:
-            msg = kc.get_iopub_msg(timeout=60)
-            if msg["msg_type"] == "stream" and "started" in msg["content"]["text"]:
-                break
+        kc.execute(FOREVER)  # and now the kernel itself dies in the middle of a launch
+        _until_started(kc)
         time.sleep(0.3)
         family = descendants(km.provisioner.process.pid)
         assert len(family) >= 3

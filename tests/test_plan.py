@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ddp_helpers.plan import Options, place, rank_environment
+from ddp_helpers.launcher.plan import Options, place, rank_environment
 
 
 @pytest.mark.parametrize(

@@ -151,7 +151,7 @@ class Exercise:
                 )
                 result = Result(self.id, "not_attempted", text)
             else:
-                text = str(exc) if isinstance(exc, DistributedError) else _short_traceback(exc)
+                text = exc.render() if isinstance(exc, DistributedError) else _short_traceback(exc)
                 result = Result(self.id, "error", MESSAGES["error"].format(id=self.id, detail=text))
         else:
             result = Result(
@@ -213,10 +213,11 @@ def run_on_ranks(
     except DistributedError as exc:
         if exc.kind == "timeout":
             raise Wrong(MESSAGES["hang"].format(timeout=timeout), hint=hang_hint) from None
-        if exc.kind == "signal" and exc.signal_name == "SIGABRT" and "distributed_c10d" in str(exc):
+        if exc.collective_mismatch:
             what = MESSAGES["mismatch_abort"].format(signal=exc.signal_name)
             raise Wrong(MESSAGES["mismatch"].format(what=what), hint=hang_hint) from None
-        if exc.kind == "exception" and exc.returned_ranks and "by peer" in (exc.exc_message or ""):
+        blamed = exc.failures.get(exc.rank)
+        if blamed is not None and blamed.by_peer and exc.returned_ranks:
             what = MESSAGES["mismatch_returned"].format(
                 returned=", ".join(map(str, exc.returned_ranks)), rank=exc.rank
             )

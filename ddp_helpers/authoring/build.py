@@ -7,7 +7,7 @@ import re
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BEGIN = re.compile(r"^(\s*)# BEGIN SOLUTION\s*$")
 END = re.compile(r"^\s*# END SOLUTION\s*$")
 DROP_TAG = "solution-only"
@@ -111,7 +111,7 @@ def build_lessons(
     import nbformat
 
     if listed is None and Path(solutions) == ROOT / "solutions":
-        from .exercises import LESSONS, notebook_name
+        from ..exercises import LESSONS, notebook_name
 
         listed = {notebook_name(lesson) for lesson in LESSONS}
     problems = []

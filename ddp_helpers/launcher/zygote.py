@@ -15,11 +15,12 @@ import signal
 import socket
 import sys
 
-from . import _wire
-from .worker import set_process_name
+from ..procs import die_with_parent, lead_group, load_libc, set_process_name, signal_group
+from . import torch_compat, wire
 
 # Imported when the zygote is first idle, not before its first launch: DDP touches
-# torch._dynamo on construction, which costs each rank 1-2 s to import on its own.
+# torch._dynamo on construction, which costs each rank 1-2 s to import on its own
+# (touchpoint "dynamo_preload").
 WARM = ("torch._dynamo", "torch.nn.parallel.distributed")
 
 # Modules the lessons use, imported once here so no rank pays for them.
@@ -31,8 +32,8 @@ PRELOAD = (
     "torch.optim",
     "torch.utils.data",
     "torch.utils.data.distributed",
-    "ddp_helpers._pickling",
-    "ddp_helpers.worker",
+    "ddp_helpers.launcher.pickling",
+    "ddp_helpers.launcher.rank",
 )
 
 
@@ -60,8 +61,9 @@ def _count_gpus() -> int:
 class Zygote:
     MAX_SPARES = 8
 
-    def __init__(self, sock: socket.socket):
+    def __init__(self, sock: socket.socket, compat: dict):
         self.sock = sock
+        self.compat = compat
         self.children: dict[int, tuple[int, int]] = {}  # pid -> (launch id, rank)
         # Forked ahead of time, each waiting on its socket for a rank to become: a launch
         # then costs no fork at all. Refilled once a launch's ranks are all gone.
@@ -98,7 +100,7 @@ class Zygote:
             self.reap()
             if self.sock in ready:
                 try:
-                    msg, fds = _wire.recv(self.sock)
+                    msg, fds = wire.recv(self.sock)
                 except (EOFError, OSError):
                     self.kill_all()
                     return
@@ -123,7 +125,7 @@ class Zygote:
         """Import, while idle, what DDP imports lazily (torch._dynamo: 1-2 s per rank)."""
         import importlib
 
-        for name in WARM:
+        for name in WARM if torch_compat.usable(self.compat, "dynamo_preload") else ():
             try:
                 importlib.import_module(name)
             except Exception:  # an optional speed-up: a rank imports it itself if need be
@@ -146,21 +148,19 @@ class Zygote:
         if pid < 0:
             a.close()
             return
-        _set_group(pid)
+        lead_group(pid)
         self.spares[pid] = a
 
     def _wait_as_spare(self, sock: socket.socket) -> None:
         try:
             self._close_inherited()
-            from .worker import arm_parent_death_signal
-
-            arm_parent_death_signal(os.getppid())
+            die_with_parent(os.getppid())
             try:
-                msg, fds = _wire.recv(sock)
+                msg, fds = wire.recv(sock)
             except (EOFError, OSError):
                 os._exit(0)
             sock.close()
-            from .worker import run_rank
+            from .rank import run_rank
 
             run_rank(msg["req"], msg["rank"], tuple(fds))
         finally:
@@ -179,7 +179,7 @@ class Zygote:
 
     def reply(self, msg) -> None:
         try:
-            _wire.send(self.sock, msg)
+            wire.send(self.sock, msg)
         except OSError:
             pass
 
@@ -198,6 +198,7 @@ class Zygote:
     def launch(self, req: dict, fds: list[int]) -> None:
         nprocs = req["nprocs"]
         req["zygote_pid"] = os.getpid()
+        req["compat"] = self.compat
         self.pool_size = min(nprocs, self.MAX_SPARES)
         pids = []
         try:
@@ -209,12 +210,12 @@ class Zygote:
                     pid = os.fork()
                     if pid == 0:
                         self._become_rank(req, rank, mine, fds)
-                    _set_group(pid)
+                    lead_group(pid)
                 self.children[pid] = (req["id"], rank)
                 pids.append(pid)
         except OSError as exc:
             for pid in pids:
-                _kill_group(pid, signal.SIGKILL)
+                signal_group(pid, signal.SIGKILL)
             self.reply({"op": "failed", "id": req["id"], "error": f"fork failed: {exc}"})
             return
         self.reply({"op": "started", "id": req["id"]})
@@ -223,7 +224,7 @@ class Zygote:
         while self.spares:
             pid, sock = self.spares.popitem()
             try:
-                _wire.send(sock, {"req": req, "rank": rank}, fds)
+                wire.send(sock, {"req": req, "rank": rank}, fds)
             except OSError:  # it died while waiting: reaped later, try the next one
                 continue
             finally:
@@ -237,7 +238,7 @@ class Zygote:
             for fd in all_fds:
                 if fd not in mine:
                     os.close(fd)
-            from .worker import run_rank
+            from .rank import run_rank
 
             run_rank(req, rank, mine)
         finally:
@@ -247,7 +248,7 @@ class Zygote:
         for pid, (lid, _rank) in list(self.children.items()):
             if lid == launch_id:
                 if group:
-                    _kill_group(pid, sig)
+                    signal_group(pid, sig)
                 else:
                     try:
                         os.kill(pid, sig)
@@ -256,27 +257,7 @@ class Zygote:
 
     def kill_all(self) -> None:
         for pid in [*self.children, *self.spares]:
-            _kill_group(pid, signal.SIGKILL)
-
-
-def _set_group(pid: int) -> None:
-    # Each rank leads its own process group (set on both sides of the fork, so no race):
-    # stopping the group stops the rank's own children too, e.g. DataLoader workers.
-    try:
-        os.setpgid(pid, pid)
-    except OSError:
-        pass
-
-
-def _kill_group(pid: int, sig: int) -> None:
-    # The pid is our unreaped child, so it cannot have been reused by another process.
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
+            signal_group(pid, signal.SIGKILL)
 
 
 def main() -> None:
@@ -290,10 +271,9 @@ def main() -> None:
             importlib.import_module(name)
         import torch
 
-        from .worker import prepare, set_process_name
-
-        prepare()
+        load_libc()
         set_process_name("ddp-zygote")
+        compat = torch_compat.check()
 
         ready = {
             "op": "ready",
@@ -301,15 +281,16 @@ def main() -> None:
             "gpus": _count_gpus(),
             "torch": str(torch.__version__),  # a plain str: unpickling must not import torch
             "cuda_built": torch.backends.cuda.is_built(),
+            "compat": compat,
         }
     except BaseException as exc:  # tell the kernel why, instead of dying silently
-        _wire.send(sock, {"op": "broken", "error": f"{type(exc).__name__}: {exc}"})
+        wire.send(sock, {"op": "broken", "error": f"{type(exc).__name__}: {exc}"})
         return
     # Everything imported so far lives as long as the zygote: keep the collector off it, so
     # that a rank's collections do not walk (and copy-on-write touch) all of torch.
     gc.freeze()
-    _wire.send(sock, ready)
-    Zygote(sock).serve()
+    wire.send(sock, ready)
+    Zygote(sock, compat).serve()
 
 
 if __name__ == "__main__":

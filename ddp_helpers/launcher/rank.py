@@ -12,40 +12,17 @@ import time
 import traceback
 import types
 
-from ._pickling import dumps
-from ._wire import write_message
-
-# Frames from these files are the launcher's, not the learner's: hidden from tracebacks.
-INTERNAL_FILES = ("ddp_helpers/worker.py", "ddp_helpers/_zygote.py")
-
-
-_libc = None
-
-
-def prepare() -> None:
-    """Load what every rank needs once, in the zygote, before any fork."""
-    global _libc
-    if sys.platform.startswith("linux") and _libc is None:
-        import ctypes
-
-        try:
-            _libc = ctypes.CDLL(None, use_errno=True)
-        except OSError:
-            _libc = None
-
-
-def arm_parent_death_signal(parent_pid: int, sig: int = signal.SIGKILL) -> None:
-    """Have the OS signal this process when its parent dies (Linux), so none outlives it."""
-    if _libc is not None:
-        _libc.prctl(1, sig, 0, 0, 0)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent_pid:  # the parent died before the signal was armed
-        os._exit(70)
+from ..procs import die_with_parent, set_process_name
+from . import torch_compat
+from .pickling import dumps
+from .tracebacks import is_internal
+from .wire import write_message
 
 
 def _user_traceback(exc: BaseException) -> str:
     tb = exc.__traceback__
     # Drop the launcher's own frames at the top so the traceback starts in the user's code.
-    while tb is not None and tb.tb_frame.f_code.co_filename.endswith(INTERNAL_FILES):
+    while tb is not None and is_internal(tb.tb_frame.f_code.co_filename):
         tb = tb.tb_next
     exc.__traceback__ = tb
     return "".join(traceback.format_exception(exc))
@@ -68,15 +45,9 @@ def _error_message(exc: BaseException) -> dict:
     }
 
 
-def set_process_name(name: str) -> None:
-    """Name this process (as `ps` and `top` show it): ddp-rank-0, ddp-spare."""
-    if _libc is not None:
-        _libc.prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
-
-
 def _setup_process(req: dict, rank: int, fds: tuple[int, ...]) -> tuple:
     out_fd, err_fd, ctl_fd, stk_fd, *store_fd = fds
-    arm_parent_death_signal(req["zygote_pid"])
+    die_with_parent(req["zygote_pid"])
     set_process_name(f"ddp-rank-{rank}")
     try:
         os.setpgid(0, 0)  # own group, so the launcher can stop this rank's own children too
@@ -131,95 +102,14 @@ def _setup_process(req: dict, rank: int, fds: tuple[int, ...]) -> tuple:
     for name, lines in req["sources"].items():
         linecache.cache[name] = (sum(map(len, lines)), None, lines, name)
 
-    _own_the_rendezvous(store_fd[0] if store_fd else None, req["master_port"], req["nprocs"])
-    _avoid_gloo_teardown_deadlock()
-    _debug_level_from_environment()
+    torch_compat.prepare_rank(
+        req["compat"], store_fd[0] if store_fd else None, req["master_port"], req["nprocs"]
+    )
 
     main = types.ModuleType("__main__")
     main.__dict__["__builtins__"] = __builtins__
     sys.modules["__main__"] = main
     return ctl_fd, stack_file, main
-
-
-_LOOPBACK = {"localhost", "127.0.0.1", "::1", "0.0.0.0", ""}
-
-
-def _own_the_rendezvous(listen_fd: int | None, port: int, world_size: int) -> None:
-    """Point every single-machine rendezvous at the launcher's own loopback socket.
-
-    The launcher bound 127.0.0.1:port and listens on it before any rank starts, so the
-    ranks never race to bind, never collide with another notebook (even when the lesson
-    sets MASTER_PORT=12355 itself) and the store is never reachable from the network.
-    Rank 0 serves the store on that socket; a MASTER_ADDR that is not loopback (a real
-    multi-node run) is left alone.
-    """
-    import importlib
-
-    from torch.distributed import TCPStore
-
-    # (`import torch.distributed.rendezvous as m` gives the function of that name.)
-    rendezvous = importlib.import_module("torch.distributed.rendezvous")
-
-    original = rendezvous._create_c10d_store
-
-    def create_store(hostname, port_, rank, world_size_, timeout, use_libuv=True):
-        if hostname not in _LOOPBACK or world_size_ != world_size:
-            return original(hostname, port_, rank, world_size_, timeout, use_libuv)
-        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
-        if rank == 0 and listen_fd is not None:
-            return TCPStore(
-                "127.0.0.1",
-                port,
-                world_size,
-                is_master=True,
-                timeout=timeout,
-                wait_for_workers=False,
-                multi_tenant=True,
-                use_libuv=use_libuv,
-                master_listen_fd=os.dup(listen_fd),  # the store closes what it is given
-            )
-        return TCPStore(
-            "127.0.0.1", port, world_size, is_master=False, timeout=timeout, use_libuv=use_libuv
-        )
-
-    rendezvous._create_c10d_store = create_store
-
-
-def _avoid_gloo_teardown_deadlock() -> None:
-    """Work around a torch 2.13 hang when a DDP model is freed (seen 1 run in 5 here).
-
-    Every backward() stashes a Python object in thread-local state, and each gloo
-    all_reduce work captures it. gloo's worker thread frees the last work (which needs the
-    GIL) just after the work completes, while the main thread, holding the GIL, may
-    already be destroying the process group and joining that thread: a deadlock. Giving
-    the worker the GIL quickly (a short switch interval), and for a moment after
-    destroy_process_group(), closes the window.
-    """
-    import functools
-
-    import torch.distributed as dist
-
-    sys.setswitchinterval(1e-4)
-    real_destroy = dist.destroy_process_group
-
-    @functools.wraps(real_destroy)
-    def destroy_process_group(*args, **kwargs):
-        result = real_destroy(*args, **kwargs)
-        time.sleep(0.001)  # releases the GIL: gloo's threads drop their last references
-        return result
-
-    dist.destroy_process_group = destroy_process_group
-
-
-def _debug_level_from_environment() -> None:
-    """Honour TORCH_DISTRIBUTED_DEBUG as a fresh process would.
-
-    torch reads it once, when torch.distributed is imported: in the zygote, before the
-    notebook may have set it. Read it again with this rank's environment.
-    """
-    import torch.distributed as dist
-
-    dist.set_debug_level_from_env()
 
 
 def run_rank(req: dict, rank: int, fds: tuple[int, ...]) -> None:

@@ -1,0 +1,1 @@
+"""For authors: lessons built from solutions, a lesson exported as a script, its pace."""

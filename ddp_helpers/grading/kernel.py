@@ -1,0 +1,176 @@
+"""A fresh IPython kernel driven over the Jupyter protocol: start it, run cells with a
+deadline, interrupt it, stop it (the grader runs each submission's notebook in one)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import time
+
+from ..procs import describe_exit
+
+INTERRUPT_GRACE = 5.0  # after the limit: time for the interrupt's traceback to arrive
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def strip_ansi(text: str) -> str:
+    return _ANSI.sub("", text)
+
+
+def start_logged(argv: list[str], cwd: str, env: dict, log_path: str, pass_fds=()):
+    """A process of the submission's, in a session of its own, its output to a log file."""
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            pass_fds=pass_fds,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+class KernelDied(Exception):
+    pass
+
+
+class Kernel:
+    """A fresh IPython kernel in its own session, driven over the Jupyter protocol."""
+
+    def __init__(self, workdir: str, env: dict):
+        from jupyter_client import BlockingKernelClient
+        from jupyter_client.connect import write_connection_file
+
+        self.connection_file = os.path.join(workdir, "kernel.json")
+        # Unix sockets in the submission's folder: no ports to race for, nothing to reach.
+        # Their paths must fit in 107 bytes; under a long TMPDIR, TCP on loopback instead.
+        ipc = os.path.join(workdir, "kernel-ipc")
+        if len(ipc.encode()) + 6 <= 100:
+            write_connection_file(self.connection_file, transport="ipc", ip=ipc)
+        else:
+            write_connection_file(self.connection_file, ip="127.0.0.1")
+        self.log_path = os.path.join(workdir, "kernel.log")
+        self.proc = start_logged(
+            [sys.executable, "-m", "ipykernel_launcher", "-f", self.connection_file],
+            os.path.join(workdir, "cwd"),
+            env,
+            self.log_path,
+        )
+        self.client = BlockingKernelClient()
+        self.client.load_connection_file(self.connection_file)
+        self.client.start_channels()
+
+    def log_tail(self, lines: int = 15) -> str:
+        """The end of the kernel's own output, without ipykernel's start-up banner."""
+        try:
+            with open(self.log_path, errors="replace") as f:
+                text = f.read()
+        except OSError:
+            return ""
+        banner_end = text.rfind("--existing ")
+        if banner_end >= 0:
+            text = text[text.find("\n", banner_end) + 1 :] if "\n" in text[banner_end:] else ""
+        return "\n".join(text.strip().splitlines()[-lines:])
+
+    def wait_ready(self, limit: float) -> None:
+        deadline = time.monotonic() + limit
+        # kernel_info until the shell answers, then an empty execute until iopub shows it
+        # (a subscriber that connected late would miss the first cell's messages).
+        for channel_ready in (self._shell_ready, self._iopub_ready):
+            while True:
+                try:
+                    if channel_ready():
+                        break
+                except TimeoutError:
+                    pass
+                if self.proc.poll() is not None:
+                    raise KernelDied(describe_exit(self.proc.returncode))
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"no answer within {limit:g} s")
+
+    def _reply(self, get, msg_id: str, within: float = 1.0) -> dict | None:
+        end = time.monotonic() + within
+        while time.monotonic() < end:
+            try:
+                msg = get(timeout=0.2)
+            except queue.Empty:
+                if self.proc.poll() is not None:
+                    return None
+                continue
+            if msg["parent_header"].get("msg_id") == msg_id:
+                return msg
+        return None
+
+    def _shell_ready(self) -> bool:
+        return self._reply(self.client.get_shell_msg, self.client.kernel_info()) is not None
+
+    def _iopub_ready(self) -> bool:
+        msg_id = self.client.execute("", silent=True, store_history=False)
+        msg = self._reply(self.client.get_iopub_msg, msg_id)
+        if msg is None:
+            return False
+        if msg["msg_type"] != "status" or msg["content"].get("execution_state") != "idle":
+            self._wait_idle(msg_id, time.monotonic() + 30, [])
+        return True
+
+    def execute(self, code: str, deadline: float, silent: bool = False) -> dict | None:
+        """Run code; the error it raised (or None). Raises TimeoutError, KernelDied."""
+        msg_id = self.client.execute(
+            code, silent=silent, store_history=not silent, allow_stdin=False, stop_on_error=False
+        )
+        errors: list[dict] = []
+        self._wait_idle(msg_id, deadline, errors)
+        return errors[0] if errors else None
+
+    def _wait_idle(self, msg_id: str, deadline: float, errors: list) -> None:
+        while True:
+            if self.proc.poll() is not None:
+                raise KernelDied(describe_exit(self.proc.returncode))
+            if time.monotonic() > deadline:
+                raise TimeoutError(msg_id)
+            try:
+                msg = self.client.get_iopub_msg(timeout=0.1)
+            except queue.Empty:
+                continue
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            kind, content = msg["msg_type"], msg["content"]
+            if kind == "error":
+                errors.append(content)
+            elif kind == "status" and content["execution_state"] == "idle":
+                return
+
+    def interrupt(self, msg_id: str) -> dict | None:
+        """Send SIGINT; the error it produced (the KeyboardInterrupt traceback) if any."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.proc.pid, signal.SIGINT)
+        errors: list[dict] = []
+        try:
+            self._wait_idle(msg_id, time.monotonic() + INTERRUPT_GRACE, errors)
+        except (TimeoutError, KernelDied):
+            return errors[0] if errors else None
+        return errors[0] if errors else {}
+
+    def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            self.client.stop_channels()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(Exception):
+            self.proc.wait(timeout=10)
+
+
+def error_text(error: dict) -> str:
+    text = strip_ansi("\n".join(error.get("traceback") or []))
+    if not text.strip():
+        text = f"{error.get('ename')}: {error.get('evalue')}"
+    lines = text.strip().splitlines()
+    return "\n".join(lines[-25:])  # the end of a traceback is where it happened

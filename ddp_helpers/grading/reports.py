@@ -1,0 +1,288 @@
+"""What grading writes: the CSV, one feedback file per learner, the progress and the summary."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import os
+import re
+import time
+from pathlib import Path
+
+from .results import STATUSES, Row, Status, Submission
+
+# Instructor- and learner-facing text of this module, in one place for translation.
+MESSAGES = {
+    "start": "Grading {count} submission{s}, {jobs} at a time; each notebook may run {limit:g} s",
+    "line": "[{done:>{width}}/{total}] {status:<8} {points:>5}  {seconds:5.1f} s  {submission}",
+    "summary_head": (
+        "Graded {count} submission{s} in {wall:.0f} s ({per:.1f} s per notebook run, "
+        "{jobs} at a time)."
+    ),
+    "summary_status": "status: {counts}",
+    "summary_means": "mean points per exercise (submissions that ran):",
+    "summary_mean": "  {column:<32} {mean:.2f} of {max}  (n={n})",
+    "wrote": "grades: {out}{feedback}",
+    "feedback_failed": "warning: could not write the feedback of {name}: {error}",
+    "feedback": {
+        "title": "# Feedback: `{name}`",
+        "invalid": "**Status: invalid.** This file could not be graded.",
+        "score": (
+            "Lesson {lesson} · **{points} of {max_points} points** · status **{status}** · "
+            "graded in {seconds:.1f} s (limit {limit:g} s for the notebook)"
+        ),
+        "status": {
+            "ok": "The notebook ran to its end.",
+            "timeout": (
+                "The notebook, or one of its answers, ran past the time limit and was stopped."
+            ),
+            "error": "The notebook's kernel, or the grader's process running an answer, died.",
+        },
+        "table": "| exercise | points | result |",
+        "hint": "💡 Hint: {hint}",
+        "happened": "## What happened",
+        "cell_errors": "## Cells that raised an error",
+        "more_errors": "(and {count} more)",
+        "times": "Times: notebook {run:.1f} s, checks {checks:.1f} s.",
+    },
+}
+
+_MARK = {"correct": "✅", "wrong": "❌", "error": "💥", "not_attempted": "⏳", "missing": "❔"}
+
+
+def in_order(rows: list[Row], subs: list[Submission]) -> list[Row]:
+    """rows sorted as their submissions were given."""
+    order = {s.name: i for i, s in enumerate(subs)}
+    return sorted(rows, key=lambda r: order[r.submission.name])
+
+
+# ---------------------------------------------------------------- the CSV
+
+
+def csv_header(columns: list[tuple[str, str]]) -> list[str]:
+    return ["submission", "lesson", "status", "points", "max_points"] + [n for _, n in columns]
+
+
+def csv_cells(row: Row, columns: list[tuple[str, str]]) -> list:
+    """A row of grades.csv: the fixed columns, then the points of each exercise column."""
+    earned = {e.column: e.points for e in row.exercises}
+    graded = row.status is not Status.INVALID
+    return [
+        row.submission.name,
+        row.submission.lesson or "",
+        row.status.value,
+        row.points,
+        row.max_points if row.max_points is not None else "",
+    ] + [earned.get(name, "") if graded else "" for _, name in columns]
+
+
+class CsvWriter:
+    """grades.csv: a row as each submission finishes, in submission order at the end."""
+
+    def __init__(self, path: Path, columns):
+        self.path = Path(path)
+        self.columns = columns
+
+    def __enter__(self):
+        self.file = open(self.path, "w", newline="", encoding="utf-8")  # noqa: SIM115
+        self.csv = csv.writer(self.file)
+        self.csv.writerow(csv_header(self.columns))
+        self.file.flush()
+        return self
+
+    def __exit__(self, *exc):
+        if not self.file.closed:
+            self.file.close()
+
+    def write(self, row: Row) -> None:
+        self.csv.writerow(csv_cells(row, self.columns))
+        self.file.flush()
+
+    def finish(self, rows: list[Row], subs: list[Submission]) -> None:
+        """Rewrite the file in submission order (atomically: a crash keeps the rows so far)."""
+        self.file.close()
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with open(tmp, "w", newline="", encoding="utf-8") as f:
+            out = csv.writer(f)
+            out.writerow(csv_header(self.columns))
+            for row in in_order(rows, subs):
+                out.writerow(csv_cells(row, self.columns))
+        os.replace(tmp, self.path)
+
+
+# ---------------------------------------------------------------- the summary and progress
+
+
+def summary(rows: list[Row], columns, wall: float, jobs: int) -> list[str]:
+    """The end-of-batch lines: counts per status, mean points per exercise."""
+    count = len(rows)
+    ran = [r for r in rows if r.status is not Status.INVALID]  # the invalid ones take no time
+    lines = [
+        MESSAGES["summary_head"].format(
+            count=count,
+            s="" if count == 1 else "s",
+            wall=wall,
+            per=(sum(r.seconds for r in ran) / len(ran)) if ran else 0.0,
+            jobs=jobs,
+        )
+    ]
+    counts = {s: sum(r.status.value == s for r in rows) for s in STATUSES}
+    lines.append(
+        MESSAGES["summary_status"].format(counts=" · ".join(f"{s} {n}" for s, n in counts.items()))
+    )
+    if columns:
+        lines.append(MESSAGES["summary_means"])
+    for lesson, column in columns:
+        earned = [
+            (e.points, e.max)
+            for r in ran
+            if r.submission.lesson == lesson
+            for e in r.exercises
+            if e.column == column
+        ]
+        if earned:
+            mean = sum(p for p, _ in earned) / len(earned)
+            lines.append(
+                MESSAGES["summary_mean"].format(
+                    column=column, mean=mean, max=earned[0][1], n=len(earned)
+                )
+            )
+    return lines
+
+
+class Progress:
+    """A line per finished submission; on a terminal, a bar below them as well."""
+
+    def __init__(self, total: int, stream):
+        self.total, self.stream, self.done_count, self.running = total, stream, 0, 0
+        self.started = time.monotonic()
+        self.tty = bool(getattr(stream, "isatty", lambda: False)())
+        self.counts = dict.fromkeys(STATUSES, 0)
+
+    def say(self, text: str) -> None:
+        self._clear()
+        print(text, file=self.stream, flush=True)
+
+    def finished(self, row: Row) -> None:
+        self.done_count += 1
+        self.counts[row.status.value] += 1
+        points = f"{row.points}/{row.max_points}" if row.max_points is not None else "-"
+        self._clear()
+        print(
+            MESSAGES["line"].format(
+                done=self.done_count,
+                width=len(str(self.total)),
+                total=self.total,
+                status=row.status.value,
+                points=points,
+                seconds=row.seconds,
+                submission=row.submission.name,
+            ),
+            file=self.stream,
+            flush=True,
+        )
+        self.tick()
+
+    def bar(self, width: int = 30) -> str:
+        filled = round(width * self.done_count / self.total) if self.total else width
+        counts = " ".join(f"{s} {n}" for s, n in self.counts.items() if n)
+        return (
+            f"[{'#' * filled}{'.' * (width - filled)}] {self.done_count}/{self.total} "
+            f"· {self.running} running · {time.monotonic() - self.started:.0f} s"
+            + (f" · {counts}" if counts else "")
+        )
+
+    def tick(self) -> None:
+        if self.tty:
+            self.stream.write("\r\x1b[K" + self.bar())
+            self.stream.flush()
+
+    def _clear(self) -> None:
+        if self.tty:
+            self.stream.write("\r\x1b[K")
+
+    def done(self) -> None:
+        self._clear()
+
+
+# ---------------------------------------------------------------- feedback
+
+
+def feedback_names(subs: list[Submission]) -> dict[str, str]:
+    """Each submission's feedback file: its shown path, flattened, as .md; unique, short."""
+    names: dict[str, str] = {}
+    taken: set[str] = set()
+    for sub in subs:
+        stem = sub.name[: -len(".ipynb")] if sub.name.endswith(".ipynb") else sub.name
+        stem = re.sub(r"[\\/]+", "__", stem.lstrip("./"))
+        stem = re.sub(r"[^\w.\-]+", "_", stem)
+        if len(stem) > 120 or stem.lower() in taken:  # too long for a file name, or a clash
+            digest = hashlib.sha1(sub.name.encode()).hexdigest()[:8]
+            stem = f"{stem[:110]}-{digest}"
+        taken.add(stem.lower())
+        names[sub.name] = stem + ".md"
+    return names
+
+
+def write_feedback(row: Row, path: Path, timeout: float) -> Path:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(feedback_markdown(row, timeout), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def feedback_markdown(row: Row, timeout: float) -> str:
+    """The learner's feedback: score, each exercise's message and hint, what happened."""
+    from ..exercises._core import MESSAGES as CHECK_MESSAGES
+
+    text, sub = MESSAGES["feedback"], row.submission
+    out = [text["title"].format(name=sub.name), ""]
+    if row.status is Status.INVALID:
+        out += [text["invalid"], "", sub.problem or "", ""]
+        return "\n".join(out)
+    out += [
+        text["score"].format(
+            lesson=sub.lesson,
+            points=row.points,
+            max_points=row.max_points,
+            status=row.status.value,
+            seconds=row.seconds,
+            limit=timeout,
+        ),
+        "",
+        text["status"][row.status.value],
+        "",
+        text["table"],
+        "| --- | --- | --- |",
+    ]
+    names = CHECK_MESSAGES["status_names"]
+    for ex in row.exercises:
+        out.append(
+            f"| {ex.id} `{ex.name}` | {ex.points} / {ex.max} | "
+            f"{_MARK.get(ex.status, '')} {names.get(ex.status, ex.status)} |"
+        )
+    out.append("")
+    for ex in row.exercises:
+        out += [f"## {ex.id} `{ex.name}`: {ex.points} / {ex.max}", ""]
+        if ex.message:
+            out += [ex.message, ""]
+        if ex.hint:
+            out += [text["hint"].format(hint=ex.hint), ""]
+    happened = [e for e in row.events if e.kind != "cell_error"]
+    errors = [e for e in row.events if e.kind == "cell_error"]
+    if happened:
+        out += [text["happened"], ""]
+        for e in happened:
+            out += [e.text, ""]
+            if e.detail:
+                out += ["```", e.detail, "```", ""]
+    if errors:
+        out += [text["cell_errors"], ""]
+        for e in errors[:5]:
+            out += [e.text, "", "```", e.detail, "```", ""]
+        if len(errors) > 5:
+            out += [text["more_errors"].format(count=len(errors) - 5), ""]
+    if row.run_seconds is not None and row.score_seconds is not None:
+        times = text["times"].format(run=row.run_seconds, checks=row.score_seconds)
+        out += ["---", times, ""]
+    return "\n".join(out)

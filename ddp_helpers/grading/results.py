@@ -1,0 +1,112 @@
+"""What grading produces, as types: each exercise's score, what happened, each submission's row."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+
+class Status(StrEnum):
+    """A submission's status in the CSV."""
+
+    OK = "ok"  # the notebook ran to its end
+    TIMEOUT = "timeout"  # it, or an answer's check, ran past the limit
+    ERROR = "error"  # its kernel died, or an answer ended the checking process
+    INVALID = "invalid"  # not a notebook, not a lesson, or the wrong lesson
+
+
+STATUSES = tuple(s.value for s in Status)
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One notebook handed in: where it is, its lesson, or why it cannot be graded."""
+
+    path: Path
+    name: str  # as shown in the CSV: the path as given, relative where it can be
+    lesson: str | None = None
+    problem: str | None = None  # why it is invalid
+
+
+@dataclass(frozen=True)
+class ExerciseScore:
+    """One exercise of a submission, as the grader's own check judged it."""
+
+    id: str
+    name: str
+    max: int
+    status: str  # correct, wrong, error, not_attempted or missing (exercises/_core.py)
+    message: str = ""
+    hint: str | None = None
+
+    @property
+    def points(self) -> int:
+        return self.max if self.status == "correct" else 0
+
+    @property
+    def column(self) -> str:
+        """Its CSV column: '1.2 shard'."""
+        return f"{self.id} {self.name}"
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something that happened while grading: a cell's error, a timeout, a crash, a retry."""
+
+    kind: str  # cell_error, timeout, died, kernel, probe, check_timeout, check_died, ...
+    text: str
+    detail: str = ""
+    cell: int | None = None
+    exercise: str | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the worker process reports for one submission (it travels as one JSON line)."""
+
+    status: Status
+    exercises: list[ExerciseScore]
+    events: list[Event] = field(default_factory=list)
+    run_seconds: float | None = None
+    score_seconds: float | None = None
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["status"] = self.status.value
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict) -> Outcome:
+        return cls(
+            status=Status(data["status"]),
+            exercises=[ExerciseScore(**e) for e in data["exercises"]],
+            events=[Event(**e) for e in data["events"]],
+            run_seconds=data["run_seconds"],
+            score_seconds=data["score_seconds"],
+        )
+
+
+@dataclass(frozen=True)
+class Row:
+    """One submission graded: a row of the CSV and a feedback file."""
+
+    submission: Submission
+    status: Status
+    exercises: list[ExerciseScore] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    seconds: float = 0.0  # the grader's time on it, tries included
+    run_seconds: float | None = None  # of which the notebook ran
+    score_seconds: float | None = None  # and the checks
+
+    @property
+    def points(self) -> int:
+        return sum(e.points for e in self.exercises)
+
+    @property
+    def max_points(self) -> int | None:
+        return None if self.status is Status.INVALID else sum(e.max for e in self.exercises)
+
+    @classmethod
+    def invalid(cls, submission: Submission) -> Row:
+        return cls(submission, Status.INVALID, events=[Event("invalid", submission.problem or "")])

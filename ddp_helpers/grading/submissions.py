@@ -1,0 +1,141 @@
+"""The submissions of a batch: notebooks found in the paths given, each with its lesson or
+why it cannot be graded."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from ..exercises import LESSONS, exercises_of
+from .results import Submission
+
+_IMPORT = re.compile(r"\bddp_helpers\.exercises(?:\s+import\s+|\.)lesson(\d\d)\b")
+_IMPORT_AS_EX = re.compile(r"\bddp_helpers\.exercises\s+import\s+lesson(\d\d)\s+as\s+ex\b")
+
+# Instructor- and learner-facing text of this module, in one place for translation.
+MESSAGES = {
+    "no_path": "No such file or folder: {path}. Give notebooks or folders of them.",
+    "no_notebooks": (
+        "No notebooks (*.ipynb) found in {paths}. Give the folder the submissions were "
+        "collected into, or the notebook files themselves."
+    ),
+    "not_notebook": (
+        "This file is not a Jupyter notebook ({error}). Submit the .ipynb file you worked "
+        "in (JupyterLab: File > Download)."
+    ),
+    "no_lesson": (
+        "This notebook is not one of the course's lessons: no cell imports the checks "
+        "(`from ddp_helpers.exercises import lessonNN as ex`). Submit the lesson notebook "
+        "you worked in."
+    ),
+    "many_lessons": (
+        "This notebook imports the checks of several lessons ({lessons}) and neither its "
+        "`... import lessonNN as ex` line nor its file name says which lesson it is; "
+        "submit one lesson per notebook."
+    ),
+    "unknown_lesson": "This notebook imports lesson {lesson}, which this course does not have.",
+    "name_mismatch": (
+        "Wrong lesson: the file is named like lesson {named} but holds lesson {found}'s "
+        "notebook. Submit lesson {named}'s notebook under this name."
+    ),
+    "wrong_lesson": (
+        "Wrong lesson: this is lesson {found}'s notebook but lesson {wanted} was asked for."
+    ),
+}
+
+
+class GradingError(Exception):
+    """Bad input to the grader as a whole (no such path, no notebooks)."""
+
+
+def read_notebook(path):
+    """The notebook at path, as nbformat v4; raises ValueError saying why it is not one."""
+    import nbformat
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 text: {exc.reason}") from None
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"broken JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+        ) from None
+    try:
+        nb = nbformat.reads(text, as_version=4)
+        nbformat.validate(nb)
+    except Exception as exc:  # noqa: BLE001 - nbformat raises many kinds; all mean "not one"
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"not in Jupyter's notebook format: {first[:200]}") from None
+    return nb
+
+
+def lesson_of(path) -> tuple[str | None, str | None]:
+    """(lesson, None) for a lesson notebook, or (lesson or None, why it is invalid)."""
+    try:
+        nb = read_notebook(path)
+    except (OSError, ValueError) as exc:
+        return None, MESSAGES["not_notebook"].format(error=exc)
+    found = sorted(
+        {m for c in nb.cells if c.cell_type == "code" for m in _IMPORT.findall(c.source)}
+    )
+    if not found:
+        return None, MESSAGES["no_lesson"]
+    # A file named like one of the course's notebooks must hold that lesson.
+    named = [n for n, slug in LESSONS.items() if slug in Path(path).name]
+    if len(found) > 1:
+        # A lesson may import another's checks (to run an old one again): the lesson is
+        # the one imported `as ex`, as every lesson does, or else the one its name says.
+        as_ex = sorted(
+            {m for c in nb.cells if c.cell_type == "code" for m in _IMPORT_AS_EX.findall(c.source)}
+        )
+        chosen = as_ex if len(as_ex) == 1 else [n for n in named if n in found]
+        if len(chosen) != 1:
+            return None, MESSAGES["many_lessons"].format(lessons=", ".join(found))
+        found = chosen
+    lesson = found[0]
+    if lesson not in LESSONS:
+        return None, MESSAGES["unknown_lesson"].format(lesson=lesson)
+    if named and lesson not in named:
+        return lesson, MESSAGES["name_mismatch"].format(named=named[0], found=lesson)
+    return lesson, None
+
+
+def find_submissions(paths, lesson: str | None = None) -> list[Submission]:
+    """Every notebook in paths (folders searched), each with its lesson or why it is invalid."""
+    files: dict[Path, str] = {}
+    for given in paths:
+        path = Path(given)
+        if path.is_dir():
+            for nb in sorted(path.rglob("*.ipynb")):
+                if ".ipynb_checkpoints" not in nb.parts and nb.is_file():
+                    files.setdefault(nb.resolve(), _shown(nb))
+        elif path.is_file():
+            files.setdefault(path.resolve(), _shown(path))
+        else:
+            raise GradingError(MESSAGES["no_path"].format(path=given))
+    if not files:
+        raise GradingError(MESSAGES["no_notebooks"].format(paths=", ".join(map(str, paths))))
+    subs = []
+    for resolved, shown in sorted(files.items(), key=lambda item: item[1]):
+        found, problem = lesson_of(resolved)
+        if problem is None and lesson is not None and found != lesson:
+            problem = MESSAGES["wrong_lesson"].format(found=found, wanted=lesson)
+        subs.append(Submission(resolved, shown, found, problem))
+    return subs
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def columns_for(subs: list[Submission]) -> list[tuple[str, str]]:
+    """(lesson, column name) of every exercise of the lessons in the batch, in order."""
+    lessons = sorted({s.lesson for s in subs if s.lesson and s.problem is None})
+    return [(lesson, f"{ex.id} {ex.name}") for lesson in lessons for ex in exercises_of(lesson)]

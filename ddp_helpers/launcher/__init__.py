@@ -1,0 +1,17 @@
+"""Run a function or a notebook cell on N ranks, one process each (every lesson)."""
+
+from .api import Results, SpawnContext, launch, run_cell, spawn
+from .client import shutdown, warm_up
+from .failures import DistributedError, RankFailure
+
+__all__ = [
+    "DistributedError",
+    "RankFailure",
+    "Results",
+    "SpawnContext",
+    "launch",
+    "run_cell",
+    "shutdown",
+    "spawn",
+    "warm_up",
+]

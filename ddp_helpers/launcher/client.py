@@ -1,0 +1,111 @@
+"""The kernel's handle on its zygote, the helper process that forks the ranks (zygote.py)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+
+from ..procs import with_this_package
+from . import torch_compat, wire
+from .failures import DistributedError
+
+MESSAGES = {
+    "launcher_broken": (
+        "The launcher could not start its helper process: {error}. Check that torch is "
+        "installed in this kernel's environment (run `make lab` to set it up)."
+    ),
+}
+
+
+class ZygoteClient:
+    """One zygote process and the socket to it; what it found (GPUs, torch touchpoints)."""
+
+    def __init__(self):
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        env = dict(os.environ)
+        # One thread per library in the zygote: a thread pool that exists at fork time is
+        # copied half-alive into every rank. Ranks set their own thread count.
+        env.setdefault("OPENBLAS_NUM_THREADS", "1")
+        env["OMP_NUM_THREADS"] = "1"
+        # c10d's C++ warnings bury the one error that matters in a cell; torch reads this
+        # once, when it loads, here in the zygote (api.py repeats it for what ranks start).
+        env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+        env = with_this_package(env)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "ddp_helpers.launcher.zygote", str(child.fileno())],
+            pass_fds=[child.fileno()],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,  # the notebook's interrupt (SIGINT to the group) skips it
+        )
+        child.close()
+        self.sock = parent
+        self.pid = os.getpid()
+        try:
+            msg, _ = wire.recv(self.sock)
+        except EOFError:
+            self.close()
+            raise DistributedError(
+                MESSAGES["launcher_broken"].format(error="it exited while starting"),
+                kind="launcher",
+            ) from None
+        if msg["op"] != "ready":
+            self.close()
+            raise DistributedError(
+                MESSAGES["launcher_broken"].format(error=msg.get("error")), kind="launcher"
+            )
+        self.gpus = msg["gpus"]
+        self.compat = msg["compat"]
+        self.info = msg
+        # Said once, at the first launch of this zygote (not from a background thread).
+        self.unsaid = torch_compat.warnings(self.compat)
+
+    def alive(self) -> bool:
+        return self.pid == os.getpid() and self.proc.poll() is None
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        finally:
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+_zygote: ZygoteClient | None = None
+_lock = threading.Lock()
+
+
+def get() -> ZygoteClient:
+    """This kernel's zygote, started if it is not running."""
+    global _zygote
+    with _lock:
+        if _zygote is None or not _zygote.alive():
+            _zygote = ZygoteClient()
+        return _zygote
+
+
+def running() -> ZygoteClient | None:
+    """This kernel's zygote if one is running, without starting one."""
+    with _lock:
+        return _zygote if _zygote is not None and _zygote.alive() else None
+
+
+def warm_up() -> None:
+    """Start the launcher's helper process now, so the first launch is fast (lesson 01)."""
+    get()
+
+
+def shutdown() -> None:
+    """Stop the launcher's helper process (it also stops by itself with the kernel)."""
+    global _zygote
+    with _lock:
+        if _zygote is not None:
+            _zygote.close()
+            _zygote = None

@@ -1,0 +1,354 @@
+"""What went wrong in a run: each rank's failure as a record, which rank caused it (blame),
+and the error the notebook shows. Pure functions over records: no processes here."""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass
+
+from ..procs import signal_name
+from .torch_compat import C10D_FRAME, PEER_GONE
+
+# Learner-facing text of this module, in one place so that it can be translated.
+MESSAGES = {
+    "exception": "rank {rank} raised {type}: {message}",
+    "sys_exit": "rank {rank} called sys.exit({code})",
+    "exit_code": (
+        "rank {rank} exited with code {code} before returning a result (os._exit, or a "
+        "crash inside C/C++ code)"
+    ),
+    "exit_zero": (
+        "rank {rank} exited (code 0) without returning a result: did it call os._exit(0)?"
+    ),
+    "killed": "rank {rank} was killed by {signame} (signal {signum})",
+    "not_finished": "rank {rank} did not finish",
+    "stopped": "rank {rank} was stopped by the launcher",
+    "killed_hint_kill": (
+        "SIGKILL from outside usually means the machine ran out of memory (the kernel's "
+        "OOM killer): try fewer ranks or a smaller model."
+    ),
+    "others_stopped": "The other ranks were stopped.",
+    "also_failed": "rank {rank} also failed: {summary}",
+    "more_failed": "{count} other rank(s) failed after it (err.failures has each).",
+    "traceback_of": "Traceback of rank {rank} (most recent call last):",
+    "stack_at_death": "Python stack of rank {rank} when it died (most recent call last):",
+    "timeout": "The run did not finish within {timeout:g} s, so every rank was stopped.",
+    "timeout_where": "Where each rank was at that moment (most recent call last):",
+    "timeout_hint": (
+        "A rank waiting in a collective (barrier, all_reduce, broadcast, DDP's backward) "
+        "that another rank never reaches hangs forever: look for a collective inside "
+        "`if rank == 0:`, or a rank that returned early. Raise `timeout=` if the work is "
+        "just slow."
+    ),
+    "waiting_in": "rank {rank} was at {where}",
+    "rank_finished": "rank {rank}: had already finished",
+    "peer_returned": (
+        "{ranks} had already returned when this happened. A collective (barrier, all_reduce, "
+        "broadcast, DDP's backward) that not every rank calls, for example one inside "
+        "`if rank == 0:`, fails like this or hangs."
+    ),
+    "no_stack": "rank {rank}: gave no stack (it did not answer the dump signal)",
+    "launcher_died": (
+        "The launcher's helper process died unexpectedly, so the ranks were stopped. Run the "
+        "cell again; if it keeps happening, restart the kernel."
+    ),
+}
+
+
+@dataclass(frozen=True)
+class RankFailure:
+    """How one rank failed: an exception, an exit, a signal, or where it was at a timeout."""
+
+    rank: int
+    kind: str  # "exception", "exit", "signal" or "timeout"
+    exc_type: str | None = None
+    message: str | None = None
+    traceback: str | None = None  # the rank's traceback, cells named as in the notebook
+    exitcode: int | None = None  # negative: killed by that signal
+    stack: str | None = None  # its Python stack: where it crashed, or waited at a timeout
+    at: float | None = None  # when it failed (CLOCK_MONOTONIC, in every process alike)
+    stopped: bool = False  # the launcher stopped it after another rank had failed
+    finished: bool = False  # at a timeout: it had already returned its result
+
+    @property
+    def signal(self) -> str | None:
+        """'SIGKILL' when the rank was killed by a signal, else None."""
+        return (
+            signal_name(-self.exitcode) if self.exitcode is not None and self.exitcode < 0 else None
+        )
+
+    @property
+    def by_peer(self) -> bool:
+        """It failed because a peer went away: a victim of another rank's failure."""
+        return self.kind == "exception" and PEER_GONE in (self.message or "")
+
+    def summary(self) -> str:
+        """One line: 'rank 1 raised ValueError: ...', 'rank 0 was killed by SIGKILL ...'."""
+        if self.kind == "exception":
+            if self.exc_type == "SystemExit":
+                return MESSAGES["sys_exit"].format(rank=self.rank, code=self.message)
+            return MESSAGES["exception"].format(
+                rank=self.rank, type=self.exc_type, message=self.message
+            )
+        code = self.exitcode
+        if code is None:
+            return MESSAGES["not_finished"].format(rank=self.rank)
+        if code < 0:
+            return MESSAGES["killed"].format(rank=self.rank, signame=self.signal, signum=-code)
+        if code == 0:
+            return MESSAGES["exit_zero"].format(rank=self.rank)
+        return MESSAGES["exit_code"].format(rank=self.rank, code=code)
+
+
+def blame(failures: list[RankFailure], peer_text: bool = True) -> list[RankFailure]:
+    """The failures, the rank that caused them first, its victims after it.
+
+    A rank the launcher stopped is a victim; so is a rank whose peer went away ("Connection
+    reset/closed by peer", when torch's error text is known: `peer_text`). Among the rest,
+    the earliest failure comes first.
+    """
+
+    def key(f: RankFailure) -> tuple:
+        victim = f.stopped or (peer_text and f.by_peer)
+        return (victim, f.at if f.at is not None else float("inf"), f.rank)
+
+    return sorted(failures, key=key)
+
+
+def failure_report(
+    failures: list[RankFailure], nprocs: int, returned: list[int], peer_text: bool = True
+) -> tuple[str, str, RankFailure]:
+    """(one paragraph, the full report, the rank to blame) for ranks that failed."""
+    ordered = blame(failures, peer_text)
+    first = ordered[0]
+    victims_with_errors = [f for f in ordered[1:] if not f.stopped or f.kind == "exception"]
+    paragraph = _sentence(first.summary().split("\n\n")[0].strip())
+    if victims_with_errors:
+        paragraph += " " + MESSAGES["more_failed"].format(count=len(victims_with_errors))
+    if nprocs > 1:
+        paragraph += " " + MESSAGES["others_stopped"]
+    parts = [first.summary()]
+    if first.traceback:
+        parts.append(
+            first.traceback.rstrip().replace(
+                "Traceback (most recent call last):",
+                MESSAGES["traceback_of"].format(rank=first.rank),
+                1,
+            )
+        )
+    if first.stack:
+        parts.append(MESSAGES["stack_at_death"].format(rank=first.rank) + "\n" + first.stack)
+    if first.signal == "SIGKILL":
+        parts.append(MESSAGES["killed_hint_kill"])
+    if returned and first.by_peer:
+        ranks = ", ".join(map(str, returned))
+        parts.append(
+            MESSAGES["peer_returned"].format(
+                ranks=f"rank {ranks}" if len(returned) == 1 else f"ranks {ranks}"
+            )
+        )
+    tail = [
+        MESSAGES["also_failed"].format(rank=f.rank, summary=f.summary())
+        for f in victims_with_errors
+    ]
+    if nprocs > 1:
+        tail.append(MESSAGES["others_stopped"])
+    if tail:
+        parts.append("\n".join(tail))
+    return paragraph, "\n\n".join(parts), first
+
+
+def timeout_report(timeout: float, stacks: list[RankFailure]) -> tuple[str, str]:
+    """(one paragraph, the full report) for a run stopped at its timeout."""
+    parts = [MESSAGES["timeout"].format(timeout=timeout) + " " + MESSAGES["timeout_where"]]
+    for f in stacks:
+        if f.finished:
+            parts.append(MESSAGES["rank_finished"].format(rank=f.rank))
+        elif f.stack:
+            parts.append(f"rank {f.rank}:\n{f.stack}")
+        else:
+            parts.append(MESSAGES["no_stack"].format(rank=f.rank))
+    parts.append(MESSAGES["timeout_hint"])
+    waiting = [
+        MESSAGES["waiting_in"].format(rank=f.rank, where=_innermost_own_line(f.stack))
+        for f in stacks
+        if f.stack
+    ]
+    paragraph = MESSAGES["timeout"].format(timeout=timeout)
+    if waiting:
+        paragraph += " " + "; ".join(waiting) + "."
+    return paragraph, "\n\n".join(parts)
+
+
+def _sentence(text: str) -> str:
+    return text if text.endswith((".", "!", "?", ")")) else text + "."
+
+
+def _innermost_own_line(stack: str) -> str:
+    """The last frame of a stack that is the notebook's (a cell) or else the last frame."""
+    frames = [
+        line.strip().removeprefix("File ")
+        for line in stack.splitlines()
+        if line.startswith("  ") and not line.startswith("    ") and " in " in line
+    ]
+    cells = [f for f in frames if f.startswith("Cell In[")]
+    return (cells or frames or ["?"])[-1]
+
+
+class DistributedError(RuntimeError):
+    """A rank failed, died, or the run timed out; says which rank and why.
+
+    `str(err)` is one paragraph; `err.render()` (what IPython shows) adds each rank's
+    traceback or stack; `err.failures[rank]` holds every failed rank's record.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: str,
+        failures: dict[int, RankFailure] | None = None,
+        rank: int | None = None,
+        report: str | None = None,
+        returned_ranks: list[int] | None = None,
+        original: BaseException | None = None,
+    ):
+        super().__init__(message)
+        self.kind = kind  # "exception", "exit", "signal", "timeout" or "launcher"
+        self.failures = dict(failures or {})
+        self.rank = rank
+        self.report = report or message
+        # Ranks that had returned when the failure happened: with a peer's "connection
+        # reset", the sign of a collective that only some ranks called.
+        self.returned_ranks = list(returned_ranks or [])
+        self.original = original  # the rank's own exception object, when it could be sent
+
+    def render(self) -> str:
+        """The full report: each failed rank's traceback, or where each rank waited."""
+        return self.report
+
+    def _render_traceback_(self) -> list[str]:
+        """What IPython shows for this error: the report, not the launcher's own frames."""
+        return [f"DistributedError: {self.args[0]}", "", *self.render().splitlines()]
+
+    def __reduce__(self):
+        return (
+            _rebuild,
+            (
+                type(self),
+                self.args[0],
+                self.kind,
+                self.failures,
+                self.rank,
+                self.report,
+                self.returned_ranks,
+                _picklable(self.original),
+            ),
+        )
+
+    def _blamed(self) -> RankFailure | None:
+        return self.failures.get(self.rank) if self.rank is not None else None
+
+    @property
+    def exc_type(self) -> str | None:
+        f = self._blamed()
+        return f.exc_type if f else None
+
+    @property
+    def exc_message(self) -> str | None:
+        f = self._blamed()
+        return f.message if f else None
+
+    @property
+    def traceback(self) -> str | None:
+        f = self._blamed()
+        return f.traceback if f else None
+
+    @property
+    def exitcode(self) -> int | None:
+        f = self._blamed()
+        return f.exitcode if f else None
+
+    @property
+    def signal_name(self) -> str | None:
+        f = self._blamed()
+        return f.signal if f else None
+
+    @property
+    def stacks(self) -> dict[int, str]:
+        """At a timeout: where each rank was, by rank."""
+        return {r: f.stack for r, f in self.failures.items() if f.kind == "timeout" and f.stack}
+
+    @property
+    def collective_mismatch(self) -> bool:
+        """A rank aborted inside a collective: the ranks called different collectives."""
+        f = self._blamed()
+        return bool(f and f.signal == "SIGABRT" and C10D_FRAME in (f.stack or ""))
+
+
+def _picklable(exc):
+    try:
+        pickle.loads(pickle.dumps(exc))
+    except Exception:
+        return None
+    return exc
+
+
+def _rebuild(cls, message, kind, failures, rank, report, returned, original):
+    return cls(
+        message,
+        kind=kind,
+        failures=failures,
+        rank=rank,
+        report=report,
+        returned_ranks=returned,
+        original=original,
+    )
+
+
+@dataclass
+class RankRecord:
+    """What the run loop saw of one rank (run.py fills it in; nothing here is worded)."""
+
+    rank: int
+    exitcode: int | None = None  # None: it never exited (or its exit was never reported)
+    exited_at: float | None = None
+    result: bytes | None = None  # the pickled return value, once it has sent one
+    error: dict | None = None  # what the rank sent about its exception (rank.py)
+    stack: str = ""  # faulthandler's dump: at a crash, or at the timeout's request
+    stopped: bool = False  # it exited after the launcher had told it to stop
+
+    @property
+    def has_result(self) -> bool:
+        return self.result is not None
+
+
+def failure_of(record: RankRecord, relabel, render_stack) -> RankFailure | None:
+    """The rank's failure, or None if it returned a result (a crash at exit is no failure).
+
+    `relabel` names notebook cells in a traceback, `render_stack` turns faulthandler's dump
+    into a readable stack: both from tracebacks.py, passed in to keep this pure.
+    """
+    if record.error is not None:
+        err = record.error
+        return RankFailure(
+            rank=record.rank,
+            kind="exception",
+            exc_type=err["type"],
+            message=err["message"],
+            traceback=relabel(err["traceback"]),
+            exitcode=record.exitcode,
+            at=err["time"],
+            stopped=False,
+        )
+    if record.has_result:
+        return None
+    code = record.exitcode
+    return RankFailure(
+        rank=record.rank,
+        kind="signal" if code is not None and code < 0 else "exit",
+        exitcode=code,
+        stack=render_stack(record.stack) if record.stack else None,
+        at=record.exited_at,
+        stopped=record.stopped,
+    )

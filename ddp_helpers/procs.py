@@ -1,0 +1,118 @@
+"""Process control shared by the launcher and the grader: Linux prctl, process trees, exits."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_NAME = 15
+_PR_SET_CHILD_SUBREAPER = 36
+
+_libc = None
+
+
+def load_libc() -> None:
+    """Load the C library for prctl now (in a zygote: once, before any fork); Linux only."""
+    global _libc
+    if sys.platform.startswith("linux") and _libc is None:
+        import ctypes
+
+        try:
+            _libc = ctypes.CDLL(None, use_errno=True)
+        except OSError:
+            _libc = None
+
+
+def _prctl(option: int, value) -> None:
+    load_libc()
+    if _libc is not None:
+        _libc.prctl(option, value, 0, 0, 0)
+
+
+def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> None:
+    """Have Linux send `sig` to this process when its parent dies; exit if it already has."""
+    _prctl(_PR_SET_PDEATHSIG, sig)
+    if os.getppid() != parent_pid:  # the parent died before the signal was armed
+        os._exit(70)
+
+
+def set_process_name(name: str) -> None:
+    """Name this process as `ps` and `top` show it (ddp-rank-0, ddp-zygote); Linux only."""
+    _prctl(_PR_SET_NAME, name.encode()[:15])
+
+
+def become_subreaper() -> None:
+    """Orphaned descendants become this process's children, so none can slip away (Linux)."""
+    with contextlib.suppress(OSError, AttributeError):
+        _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+
+
+def lead_group(pid: int) -> None:
+    """Make pid the leader of a process group of its own (call on both sides of a fork)."""
+    with contextlib.suppress(OSError):
+        os.setpgid(pid, pid)
+
+
+def signal_group(pid: int, sig: int) -> None:
+    """Send sig to pid's process group (its own children too), or to pid alone if it has none.
+
+    pid must be an unreaped child of this process, so that it cannot have been reused.
+    """
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+def kill_descendants(pid: int | None = None, include_self: bool = False) -> int:
+    """SIGKILL every descendant of pid (default: this process) and reap them; count them."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return 0
+    killed: set[int] = set()
+    for _ in range(5):  # a process may fork while its siblings are being killed
+        try:
+            procs = root.children(recursive=True)
+        except psutil.NoSuchProcess:
+            procs = []
+        if include_self and not killed and root.is_running():
+            procs.append(root)
+        procs = [p for p in procs if p.pid not in killed or p.is_running()]
+        if not procs:
+            break
+        for p in procs:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
+            killed.add(p.pid)
+        psutil.wait_procs(procs, timeout=5)
+    return len(killed)
+
+
+def signal_name(signum: int) -> str:
+    """'SIGKILL' for 9; 'signal 77' for a number Python does not name."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def describe_exit(code: int) -> str:
+    """How a process ended, from its exit code as subprocess gives it (negative: a signal).
+
+    'exit code 3' or 'killed by SIGKILL'; launcher and grader word their messages around it.
+    """
+    return f"killed by {signal_name(-code)}" if code < 0 else f"exit code {code}"
+
+
+def with_this_package(env: dict) -> dict:
+    """env with this copy of ddp_helpers first on PYTHONPATH, for the processes it starts."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    rest = [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []
+    return dict(env, PYTHONPATH=os.pathsep.join([here, *rest]))

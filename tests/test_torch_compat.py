@@ -1,0 +1,75 @@
+"""torch's internals in one place: each touchpoint's self-check, and a fallback that launches."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from ddp_helpers import launch
+from ddp_helpers.launcher import client, torch_compat
+
+
+def test_every_touchpoint_is_usable_with_the_pinned_torch():
+    import torch
+
+    assert str(torch.__version__).split("+")[0] in torch_compat.KNOWN_GOOD
+    assert torch_compat.check() == dict.fromkeys(torch_compat.TOUCHPOINTS)
+    assert torch_compat.warnings(torch_compat.check()) == []
+
+
+def test_a_missing_internal_fails_its_self_check_and_says_what_is_lost(monkeypatch):
+    rendezvous = importlib.import_module("torch.distributed.rendezvous")
+    monkeypatch.delattr(rendezvous, "_create_c10d_store")
+    results = torch_compat.check()
+    assert "has no such thing" in results["rendezvous_store"]
+    (line,) = torch_compat.warnings(results)
+    assert line.startswith("[ddp_helpers] warning: torch.distributed.rendezvous._create_c10d_store")
+    assert "it listens on every interface" in line
+
+
+def test_a_changed_signature_fails_its_self_check(monkeypatch):
+    rendezvous = importlib.import_module("torch.distributed.rendezvous")
+    monkeypatch.setattr(rendezvous, "_create_c10d_store", lambda host, port, timeout: None)
+    assert "its arguments are (host, port, timeout)" in torch_compat.check()["rendezvous_store"]
+
+
+def test_an_untested_torch_release_is_named(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch, "__version__", "9.9.0")
+    assert "torch 9.9.0 is not among the releases" in torch_compat.check()["peer_text"]
+
+
+def all_reduce_on_the_default_store():
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    dist.destroy_process_group()
+    return t.item(), os.environ["MASTER_PORT"]
+
+
+@pytest.fixture
+def fresh_zygote(monkeypatch):
+    client.shutdown()
+    yield
+    client.shutdown()  # the next test gets a zygote with every touchpoint again
+
+
+@pytest.mark.usefixtures("no_leftovers", "fresh_zygote")
+def test_with_the_rendezvous_touchpoints_off_the_fallback_launches_and_warns_once(
+    monkeypatch, capfd
+):
+    monkeypatch.setenv("DDP_HELPERS_DISABLE", "rendezvous_store,listen_fd,dynamo_preload")
+    results = launch(all_reduce_on_the_default_store, nprocs=2)
+    assert [total for total, _ in results] == [2.0, 2.0]
+    err = capfd.readouterr().err
+    assert err.count("[ddp_helpers] warning:") == 3
+    assert "switched off by DDP_HELPERS_DISABLE" in err and "every interface" in err
+    assert list(launch(lambda: "again", nprocs=2)) == ["again", "again"]
+    assert "warning" not in capfd.readouterr().err  # said once per helper process
