@@ -6,7 +6,7 @@ PORT ?= 8888
 HOST ?= 127.0.0.1
 STAMP := $(VENV)/.installed
 
-.PHONY: lab test lint bench bench-grade scaling soak setup clean
+.PHONY: lab test lint bwrap bench bench-grade scaling soak setup clean
 
 setup: $(STAMP)
 
@@ -29,7 +29,20 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-test: $(STAMP) lint
+# The grader's sandbox tests need bubblewrap: installed here as root where apt is there;
+# anyone else is told, and those tests fail with the grader's own message (never skip).
+bwrap:
+	@command -v bwrap >/dev/null || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			echo "installing bubblewrap for the grader's sandbox tests"; \
+			apt-get install -y -qq bubblewrap >/dev/null 2>&1 || \
+			{ apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; }; \
+		else \
+			echo "note: bubblewrap (bwrap) is missing, so tests/test_sandbox.py will fail;" \
+				"install it (Debian/Ubuntu: sudo apt-get install bubblewrap)"; \
+		fi; }
+
+test: $(STAMP) lint bwrap
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)

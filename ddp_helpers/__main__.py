@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from .exercises import LESSONS
 from .grading.batch import DEFAULT_TIMEOUT
+from .grading.sandbox import DEFAULT_TASKS
 
 
 def _interrupt_on_termination() -> None:
@@ -28,6 +30,15 @@ def _positive(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"expected seconds above 0, got {text!r}")
     return value
+
+
+def _size(text: str) -> int:
+    from .grading.sandbox import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,6 +86,24 @@ def main(argv: list[str] | None = None) -> int:
         choices=sorted(LESSONS),
         help="the lesson asked for: notebooks of other lessons are invalid",
     )
+    box = grade.add_argument_group("confinement of each submission")
+    box.add_argument(
+        "--sandbox",
+        action=argparse.BooleanOptionalAction,
+        default=os.environ.get("DDP_HELPERS_SANDBOX", "") not in ("", "0"),
+        help="run kernels, ranks and checks inside bubblewrap: loopback only, the course "
+        "read-only, nothing else of the file system (default on when DDP_HELPERS_SANDBOX=1)",
+    )
+    box.add_argument("--memory", type=_size, metavar="SIZE", help="memory limit, e.g. 4G")
+    box.add_argument(
+        "--tasks",
+        type=int,
+        metavar="N",
+        help=f"limit on processes and threads (default {DEFAULT_TASKS})",
+    )
+    box.add_argument(
+        "--threads", type=int, default=1, metavar="N", help="CPU threads per process (1)"
+    )
     args = parser.parse_args(argv)
 
     if args.command == "grade":
@@ -83,13 +112,30 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.jobs < 1:
             parser.error("--jobs must be 1 or more")
+        if args.threads < 1:
+            parser.error("--threads must be 1 or more")
+        from .grading.sandbox import SandboxError, choose
         from .procs import become_subreaper, kill_descendants
+
+        try:
+            confinement = choose(args.sandbox, args.memory, args.tasks, args.threads)
+        except (SandboxError, ValueError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
 
         # A worker killed from outside leaves its processes to this one, which stops them.
         become_subreaper()
         _interrupt_on_termination()
         try:
-            grade_all(args.paths, args.out, args.feedback, args.timeout, args.jobs, args.lesson)
+            grade_all(
+                args.paths,
+                args.out,
+                args.feedback,
+                args.timeout,
+                args.jobs,
+                args.lesson,
+                confinement=confinement,
+            )
         except GradingError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2

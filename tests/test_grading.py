@@ -11,9 +11,11 @@ import csv
 import io
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -60,19 +62,20 @@ def _grader_processes(tmp: Path) -> list[psutil.Process]:
     return found
 
 
-def _env(tmp: Path) -> dict:
-    (tmp / "tmpdir").mkdir(exist_ok=True)
-    return with_this_package(dict(os.environ, TMPDIR=str(tmp / "tmpdir")))
+def _env(tmp: Path, tmpdir: Path | None = None) -> dict:
+    tmpdir = tmpdir or tmp / "tmpdir"
+    tmpdir.mkdir(exist_ok=True)
+    return with_this_package(dict(os.environ, TMPDIR=str(tmpdir)))
 
 
-def _grade_cli(args, cwd, timeout=600):
+def _grade_cli(args, cwd, timeout=600, tmpdir=None):
     return subprocess.run(
         [sys.executable, "-m", "ddp_helpers", "grade", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=_env(cwd),
+        env=_env(cwd, tmpdir),
     )
 
 
@@ -81,21 +84,26 @@ def _grade_cli(args, cwd, timeout=600):
 
 @pytest.fixture(scope="module")
 def batch(tmp_path_factory):
-    """Every sample submission but the endless loop graded in one batch, two at a time.
+    """Every sample submission but the endless loop graded in one batch, two at a time,
+    in the sandbox (tests/test_sandbox.py tests what it keeps out).
 
-    (The endless loop costs its limit, twice beside others: it is graded on its own below.)
+    (The endless loop costs its limit, twice beside others: it is graded on its own below,
+    outside the sandbox.) TMPDIR is short, so that the batch's folder is made in it.
     """
     tmp = tmp_path_factory.mktemp("grading")
+    tmpdir = Path(tempfile.mkdtemp(prefix="ddpt-", dir="/tmp"))
     expected = make_submissions(tmp / "subs")
     expected = {k: v for k, v in expected.items() if not k.startswith("endless_loop/")}
     folders = sorted({f"subs/{name.split('/')[0]}" for name in expected})
     run = _grade_cli(
         [*folders, "--out", "grades.csv", "--feedback", "feedback"]
-        + ["--timeout", str(TIMEOUT), "--jobs", "2"],
+        + ["--timeout", str(TIMEOUT), "--jobs", "2", "--sandbox"],
         cwd=tmp,
+        tmpdir=tmpdir,
     )
-    left = _grader_processes(tmp)
-    temporary = list((tmp / "tmpdir").iterdir())
+    left = _grader_processes(tmp) + _grader_processes(tmpdir)
+    temporary = list(tmpdir.iterdir())
+    shutil.rmtree(tmpdir)
     with open(tmp / "grades.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     return {

@@ -4,6 +4,7 @@ rows written as they finish, and Ctrl-C that stops everything cleanly."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import shutil
 import signal
 import sys
@@ -113,6 +114,19 @@ class Batch:
         self.held.clear()
 
 
+def _short_tmp(confinement) -> str | None:
+    """Where the batch's folder goes: TMPDIR, or /tmp in a sandbox if TMPDIR is long.
+
+    A sandboxed kernel is reached over Unix sockets in its folder (the network is not
+    shared), and their paths must fit in 107 bytes.
+    """
+    deepest = "/ddp-grade-batch-12345678/ddp-grade-12345678/kernel-ipc-shell"
+    if confinement is not None and confinement.sandbox:
+        if len((tempfile.gettempdir() + deepest).encode()) > 100:
+            return "/tmp"
+    return None
+
+
 def grade(
     paths,
     out="grades.csv",
@@ -122,14 +136,17 @@ def grade(
     lesson: str | None = None,
     stream=None,
     grade_submission=None,
+    confinement=None,
 ) -> list[Row]:
     """Grade every submission in paths; write the CSV (and feedback); return the rows.
 
     The rows come back in submission order. A submission that runs past the limit while
     others are graded beside it (jobs > 1) is graded again alone once the rest are done.
-    `grade_submission(sub, timeout, cancel, tmp_root) -> Row` defaults to a worker process.
+    `grade_submission(sub, timeout, cancel, tmp_root) -> Row` defaults to a worker process,
+    confined as `confinement` (sandbox.Confinement) says.
     """
-    grade_submission = grade_submission or grade_one
+    if grade_submission is None:
+        grade_submission = functools.partial(grade_one, confinement=confinement)
     stream = sys.stderr if stream is None else stream
     subs = find_submissions(paths, lesson)
     columns = columns_for(subs)
@@ -152,7 +169,7 @@ def grade(
     lock = threading.Condition()
     handlers = _interrupt_handlers()  # put back at the end: Ctrl-C ignores them meanwhile
     # Every worker's folder is made in this one, which goes at the end whatever happens.
-    tmp_root = tempfile.mkdtemp(prefix="ddp-grade-batch-")
+    tmp_root = tempfile.mkdtemp(prefix="ddp-grade-batch-", dir=_short_tmp(confinement))
 
     def finished(row: Row) -> None:
         rows.append(row)

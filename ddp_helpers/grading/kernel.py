@@ -45,7 +45,8 @@ class KernelDied(Exception):
 class Kernel:
     """A fresh IPython kernel in its own session, driven over the Jupyter protocol."""
 
-    def __init__(self, workdir: str, env: dict):
+    def __init__(self, workdir: str, env: dict, cage=None):
+        """`cage` (sandbox.Cage): the kernel runs inside it, and is watched on every tick."""
         from jupyter_client import BlockingKernelClient
         from jupyter_client.connect import write_connection_file
 
@@ -55,15 +56,17 @@ class Kernel:
         ipc = os.path.join(workdir, "kernel-ipc")
         if len(ipc.encode()) + 6 <= 100:
             write_connection_file(self.connection_file, transport="ipc", ip=ipc)
+        elif cage is not None and cage.conf.sandbox:  # its loopback is not the grader's
+            raise RuntimeError(f"the folder {workdir} is too deep for a sandboxed kernel")
         else:
             write_connection_file(self.connection_file, ip="127.0.0.1")
         self.log_path = os.path.join(workdir, "kernel.log")
-        self.proc = start_logged(
-            [sys.executable, "-m", "ipykernel_launcher", "-f", self.connection_file],
-            os.path.join(workdir, "cwd"),
-            env,
-            self.log_path,
-        )
+        self.cage = cage
+        argv = [sys.executable, "-m", "ipykernel_launcher", "-f", self.connection_file]
+        cwd = os.path.join(workdir, "cwd")
+        if cage is not None:
+            argv, env = cage.command(argv, cwd), cage.env(env)
+        self.proc = start_logged(argv, cwd, env, self.log_path)
         self.client = BlockingKernelClient()
         self.client.load_connection_file(self.connection_file)
         self.client.start_channels()
@@ -92,7 +95,7 @@ class Kernel:
                 except TimeoutError:
                     pass
                 if self.proc.poll() is not None:
-                    raise KernelDied(describe_exit(self.proc.returncode))
+                    raise KernelDied(self._how_it_died())
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"no answer within {limit:g} s")
 
@@ -132,8 +135,10 @@ class Kernel:
 
     def _wait_idle(self, msg_id: str, deadline: float, errors: list) -> None:
         while True:
+            if self.cage is not None:
+                self.cage.watch()  # over its task limit, everything it started is stopped
             if self.proc.poll() is not None:
-                raise KernelDied(describe_exit(self.proc.returncode))
+                raise KernelDied(self._how_it_died())
             if time.monotonic() > deadline:
                 raise TimeoutError(msg_id)
             try:
@@ -148,10 +153,26 @@ class Kernel:
             elif kind == "status" and content["execution_state"] == "idle":
                 return
 
+    def _how_it_died(self) -> str:
+        code = self.proc.returncode
+        return describe_exit(code if self.cage is None else self.cage.exit_code(code))
+
+    def _kernel_pid(self) -> int:
+        """The kernel's own process: in a sandbox, bubblewrap's descendant, not proc."""
+        if self.cage is None or not self.cage.conf.sandbox:
+            return self.proc.pid
+        import psutil
+
+        with contextlib.suppress(psutil.Error):
+            for p in psutil.Process(self.proc.pid).children(recursive=True):
+                if "ipykernel_launcher" in " ".join(p.cmdline()):
+                    return p.pid
+        return self.proc.pid
+
     def interrupt(self, msg_id: str) -> dict | None:
         """Send SIGINT; the error it produced (the KeyboardInterrupt traceback) if any."""
         with contextlib.suppress(ProcessLookupError):
-            os.kill(self.proc.pid, signal.SIGINT)
+            os.kill(self._kernel_pid(), signal.SIGINT)
         errors: list[dict] = []
         try:
             self._wait_idle(msg_id, time.monotonic() + INTERRUPT_GRACE, errors)

@@ -59,6 +59,7 @@ class Event:
     detail: str = ""
     cell: int | None = None
     exercise: str | None = None
+    name: str | None = None  # of a cell's error: the exception's type (MemoryError, ...)
 
 
 @dataclass(frozen=True)

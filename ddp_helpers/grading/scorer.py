@@ -100,7 +100,7 @@ def _children() -> set[int]:
 
 
 def score(
-    answers_path: str, lesson: str, workdir: str, env: dict, limit: float
+    answers_path: str, lesson: str, workdir: str, env: dict, limit: float, cage=None
 ) -> tuple[list[ExerciseScore], list[Event]]:
     """Every exercise of the lesson scored, and what went wrong on the way (a hang, a crash).
 
@@ -116,18 +116,17 @@ def score(
     while remaining := [i for i in ids if i not in results]:
         before = _children()
         read_fd, write_fd = os.pipe()
-        proc = start_logged(
-            # -P: nothing the notebook wrote into a folder can shadow a module here.
-            [sys.executable, "-P", "-m", "ddp_helpers.grading.scorer"]
-            + [answers_path, lesson, str(write_fd), *remaining],
-            os.path.join(workdir, "score"),
-            env,
-            os.path.join(workdir, "scorer.log"),
-            pass_fds=(write_fd,),
-        )
+        # -P: nothing the notebook wrote into a folder can shadow a module here.
+        argv = [sys.executable, "-P", "-m", "ddp_helpers.grading.scorer"]
+        argv += [answers_path, lesson, str(write_fd), *remaining]
+        cwd, scorer_env = os.path.join(workdir, "score"), env
+        if cage is not None:  # the checks run the learner's code: in its cage too
+            argv, scorer_env = cage.command(argv, cwd), cage.env(env)
+        log = os.path.join(workdir, "scorer.log")
+        proc = start_logged(argv, cwd, scorer_env, log, pass_fds=(write_fd,))
         os.close(write_fd)
         try:
-            stopped_in, kind, text = _read_scores(proc, read_fd, limit, results)
+            stopped_in, kind, text = _read_scores(proc, read_fd, limit, results, cage)
         finally:
             os.close(read_fd)
             # The scorer, and what it started (still holding the pipe, perhaps): our new
@@ -151,7 +150,7 @@ def score(
     return scores, events
 
 
-def _read_scores(proc, fd: int, limit: float, results: dict) -> tuple:
+def _read_scores(proc, fd: int, limit: float, results: dict, cage=None) -> tuple:
     """Read the scorer's lines into results: (exercise, kind, why) if it hung or died.
 
     The limit runs from the scorer's start and from each line it writes, so a scorer that
@@ -184,7 +183,9 @@ def _read_scores(proc, fd: int, limit: float, results: dict) -> tuple:
 
     os.set_blocking(fd, False)
     while True:
-        wait = max(0.0, min(0.5, state["deadline"] - time.monotonic()))
+        if cage is not None:
+            cage.watch()  # over its task limit, everything it started is stopped
+        wait = max(0.0, min(0.2, state["deadline"] - time.monotonic()))
         select.select([fd], [], [], wait)
         open_ = drain()
         code = proc.poll()
@@ -193,7 +194,7 @@ def _read_scores(proc, fd: int, limit: float, results: dict) -> tuple:
             drain()
             if code == 0 and state["current"] is None:
                 return None, None, ""
-            how = describe_exit(code)
+            how = describe_exit(code if cage is None else cage.exit_code(code))
             return state["current"], "check_died", MESSAGES["check_died"].format(how=how)
         if time.monotonic() >= state["deadline"]:
             text = MESSAGES["check_timeout"].format(limit=limit)

@@ -30,6 +30,7 @@ from ..procs import (
 )
 from .kernel import Kernel, KernelDied, error_text
 from .results import Event, ExerciseScore, Outcome, Row, Status, Submission
+from .sandbox import Cage, Confinement
 from .scorer import MIN_CHECK_LIMIT, score
 from .submissions import read_notebook
 
@@ -108,7 +109,7 @@ def _child_env(workdir: str) -> dict:
 
 
 def run_notebook(
-    cells: list[str], names: list[str], workdir: str, limit: float
+    cells: list[str], names: list[str], workdir: str, limit: float, cage: Cage | None = None
 ) -> tuple[Status, list[Event], float]:
     """Run the code cells in a fresh kernel, taking the answers out after each one.
 
@@ -119,7 +120,7 @@ def run_notebook(
     probe = f"exec({_PROBE!r}, {{'NAMES': {names!r}, 'PATH': {answers!r}}})"
     status, events = Status.OK, []
     started = time.monotonic()
-    kernel = Kernel(workdir, _child_env(workdir))
+    kernel = Kernel(workdir, _child_env(workdir), cage)
     try:
         try:
             kernel.wait_ready(KERNEL_START_LIMIT)
@@ -149,7 +150,9 @@ def run_notebook(
                 text = MESSAGES["cell_error"].format(
                     ename=error.get("ename"), evalue=error.get("evalue"), **where
                 )
-                events.append(Event("cell_error", text, error_text(error), number))
+                events.append(
+                    Event("cell_error", text, error_text(error), number, name=error.get("ename"))
+                )
             try:
                 kernel.execute(probe, max(deadline, time.monotonic() + 30), silent=True)
             except (TimeoutError, KernelDied) as exc:
@@ -179,7 +182,9 @@ def _stop_with_the_grader() -> None:
         die_with_parent(int(grader), signal.SIGTERM)
 
 
-def grade_submission(path: str, lesson: str, limit: float) -> Outcome:
+def grade_submission(
+    path: str, lesson: str, limit: float, confinement: Confinement | None = None
+) -> Outcome:
     """Run and score one notebook; nothing it started is left when this returns."""
     from ..exercises import exercises_of
 
@@ -189,11 +194,12 @@ def grade_submission(path: str, lesson: str, limit: float) -> Outcome:
     workdir = tempfile.mkdtemp(prefix="ddp-grade-")
     for sub in ("cwd", "tmp", "score"):
         os.mkdir(os.path.join(workdir, sub))
+    cage = Cage(confinement or Confinement(), workdir)
     try:
         nb = read_notebook(path)
         cells = [c.source for c in nb.cells if c.cell_type == "code"]
         status, events, run_seconds = run_notebook(
-            cells, [ex.name for ex in exercises], workdir, limit
+            cells, [ex.name for ex in exercises], workdir, limit, cage
         )
         kill_descendants()  # the kernel's launcher and ranks, before the learner's code runs again
         started = time.monotonic()
@@ -203,22 +209,31 @@ def grade_submission(path: str, lesson: str, limit: float) -> Outcome:
             workdir,
             _child_env(workdir),
             max(limit, MIN_CHECK_LIMIT),
+            cage,
         )
         kinds = {e.kind for e in check_events}
         if status is Status.OK and kinds:  # a check that hung or died is the submission's too
             status = Status.ERROR if "check_died" in kinds else Status.TIMEOUT
+        memory_errors = sum(e.name == "MemoryError" for e in events)
+        hit = cage.hit(memory_errors)
+        if hit is not None:  # over a limit: the submission's row says which
+            status = Status.ERROR
+            events.insert(0, Event("limit", cage.message(hit)))  # the cause, before its effects
         return Outcome(
             status, scores, events + check_events, run_seconds, time.monotonic() - started
         )
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the clean-up itself is not cut short
         kill_descendants()
+        cage.close()
         shutil.rmtree(workdir, ignore_errors=True)
 
 
 def main(argv: list[str]) -> int:
-    path, lesson, limit = argv
-    outcome = grade_submission(path, lesson, float(limit))
+    path, lesson, limit, confinement = argv
+    outcome = grade_submission(
+        path, lesson, float(limit), Confinement.from_json(json.loads(confinement))
+    )
     sys.stdout.write(json.dumps(outcome.to_json()) + "\n")
     sys.stdout.flush()
     return 0
@@ -232,6 +247,7 @@ def grade_one(
     timeout: float,
     cancel: threading.Event | None = None,
     tmp_root: str | None = None,
+    confinement: Confinement | None = None,
 ) -> Row:
     """Grade one submission in a worker process; always returns its Row, never raises."""
     from ..exercises import exercises_of
@@ -243,7 +259,8 @@ def grade_one(
     # Backstop only: the worker enforces the limits itself and reports on them.
     limit = KERNEL_START_LIMIT + timeout + len(exercises) * max(timeout, MIN_CHECK_LIMIT) + 120
     try:
-        outcome, failure = _run_worker(sub, timeout, limit, cancel, tmp_root)
+        conf = confinement or Confinement()
+        outcome, failure = _run_worker(sub, timeout, limit, cancel, tmp_root, conf)
     except Exception as exc:  # noqa: BLE001 - the grader's own trouble costs this row only
         outcome = None
         failure = MESSAGES["grader_raised"].format(error=f"{type(exc).__name__}: {exc}")
@@ -262,7 +279,9 @@ def grade_one(
     )
 
 
-def _run_worker(sub, timeout, limit, cancel, tmp_root) -> tuple[Outcome | None, str | None]:
+def _run_worker(
+    sub, timeout, limit, cancel, tmp_root, conf: Confinement
+) -> tuple[Outcome | None, str | None]:
     """(the worker's outcome, None) or (None, why there is none); nothing it started survives."""
     env = with_this_package(dict(os.environ))
     if tmp_root is not None:
@@ -270,7 +289,7 @@ def _run_worker(sub, timeout, limit, cancel, tmp_root) -> tuple[Outcome | None, 
     env["DDP_HELPERS_GRADER_PID"] = str(os.getpid())
     proc = subprocess.Popen(
         [sys.executable, "-P", "-m", "ddp_helpers.grading.worker"]
-        + [str(sub.path), sub.lesson, repr(float(timeout))],
+        + [str(sub.path), sub.lesson, repr(float(timeout)), json.dumps(conf.to_json())],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
