@@ -6,7 +6,7 @@ PORT ?= 8888
 HOST ?= 127.0.0.1
 STAMP := $(VENV)/.installed
 
-.PHONY: lab test lint bwrap bench bench-grade scaling soak setup clean
+.PHONY: lab test lint system-deps bench bench-grade scaling soak setup clean
 
 setup: $(STAMP)
 
@@ -29,20 +29,24 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# The grader's sandbox tests need bubblewrap: installed here as root where apt is there;
-# anyone else is told, and those tests fail with the grader's own message (never skip).
-bwrap:
-	@command -v bwrap >/dev/null || { \
+# Tests need bubblewrap (the grader's sandbox) and Chromium (pages looked at in a browser):
+# installed here as root where apt is there; anyone else is told, and those tests fail
+# with a message saying how to get them (they never skip).
+SYSTEM_DEPS := bwrap:bubblewrap chromium:chromium
+system-deps:
+	@missing=""; for dep in $(SYSTEM_DEPS); do \
+		command -v $${dep%%:*} >/dev/null || missing="$$missing $${dep#*:}"; done; \
+	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-			echo "installing bubblewrap for the grader's sandbox tests"; \
-			apt-get install -y -qq bubblewrap >/dev/null 2>&1 || \
-			{ apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; }; \
+			echo "installing$$missing for the tests"; \
+			apt-get install -y -qq $$missing >/dev/null 2>&1 || \
+			{ apt-get update -qq && apt-get install -y -qq $$missing >/dev/null; }; \
 		else \
-			echo "note: bubblewrap (bwrap) is missing, so tests/test_sandbox.py will fail;" \
-				"install it (Debian/Ubuntu: sudo apt-get install bubblewrap)"; \
-		fi; }
+			echo "note: missing$$missing: the sandbox and browser tests will fail;" \
+				"install them (Debian/Ubuntu: sudo apt-get install$$missing)"; \
+		fi; fi
 
-test: $(STAMP) lint bwrap
+test: $(STAMP) lint system-deps
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)

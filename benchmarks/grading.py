@@ -1,9 +1,11 @@
-"""What grading costs: each solution run by nbclient alone next to graded, then a batch.
+"""What grading costs: each solution run by nbclient alone, graded, and graded in the sandbox.
 
 `make bench-grade`. For each solution notebook: the time to just execute it in a fresh
 kernel (nbclient, what nbgrader and otter pay at least) next to the grader's time for it
-(fresh kernel, answers taken out after every cell, checks in a separate process). Then
-the four solutions and four lessons as one batch, with --jobs 1 and --jobs 2.
+(fresh kernel, answers taken out after every cell, checks in a separate process), and
+the same with --sandbox (bubblewrap), runs interleaved so that both see the same machine.
+Then the four solutions and four lessons as one batch, --jobs 2, without and with the
+sandbox. The sandbox's target: under 10 % overhead per submission.
 """
 
 from __future__ import annotations
@@ -37,29 +39,50 @@ def main() -> int:
     args = parser.parse_args()
 
     from ddp_helpers import grading
+    from ddp_helpers.grading.sandbox import choose
     from ddp_helpers.grading.worker import grade_one
 
+    plain, boxed = choose(False, None, None), choose(True, None, None)
     solutions = sorted((ROOT / "solutions").glob("0*.ipynb"))
     print(f"medians of {args.repeats} runs, one submission at a time")
-    print(f"{'notebook':<36} {'nbclient':>9} {'graded':>8} {'of which checks':>16} {'points':>7}")
+    print(
+        f"{'notebook':<36} {'nbclient':>9} {'graded':>8} {'of which checks':>16} "
+        f"{'--sandbox':>10} {'overhead':>9} {'points':>7}"
+    )
+    totals = {"plain": 0.0, "boxed": 0.0}
     for path in solutions:
         (sub,) = grading.find_submissions([path])
         alone = statistics.median(_nbclient_seconds(path) for _ in range(args.repeats))
-        rows = [grade_one(sub, grading.DEFAULT_TIMEOUT) for _ in range(args.repeats)]
+        rows, boxed_rows = [], []
+        for _ in range(args.repeats):  # interleaved: both see the same machine
+            rows.append(grade_one(sub, grading.DEFAULT_TIMEOUT, confinement=plain))
+            boxed_rows.append(grade_one(sub, grading.DEFAULT_TIMEOUT, confinement=boxed))
         graded = statistics.median(r.seconds for r in rows)
+        sandboxed = statistics.median(r.seconds for r in boxed_rows)
+        totals["plain"] += graded
+        totals["boxed"] += sandboxed
         checks = statistics.median(r.score_seconds for r in rows)
         points = f"{rows[0].points}/{rows[0].max_points}"
-        print(f"{path.name:<36} {alone:>8.1f}s {graded:>7.1f}s {checks:>15.1f}s {points:>7}")
+        assert boxed_rows[0].points == rows[0].points, "the sandbox changed a score"
+        print(
+            f"{path.name:<36} {alone:>8.1f}s {graded:>7.1f}s {checks:>15.1f}s "
+            f"{sandboxed:>9.1f}s {100 * (sandboxed / graded - 1):>+8.1f}% {points:>7}"
+        )
+    overhead = 100 * (totals["boxed"] / totals["plain"] - 1)
+    verdict = "OK" if overhead < 10 else "MISS"
+    print(f"sandbox overhead over the four: {overhead:+.1f}% (target < 10%: {verdict})")
 
     paths = [ROOT / "solutions", ROOT / "lessons"]
-    print("\nthe 4 solutions and the 4 lessons as one batch")
-    print(f"{'jobs':>4} {'wall':>8} {'per submission':>15}")
-    for jobs in (1, 2):
+    print("\nthe 4 solutions and the 4 lessons as one batch, --jobs 2")
+    print(f"{'':<10} {'wall':>8} {'per submission':>15}")
+    for label, conf in (("plain", plain), ("--sandbox", boxed)):
         with tempfile.TemporaryDirectory() as tmp, open(Path(tmp) / "log", "w") as log:
             started = time.monotonic()
-            rows = grading.grade(paths, Path(tmp) / "grades.csv", jobs=jobs, stream=log)
+            rows = grading.grade(
+                paths, Path(tmp) / "grades.csv", jobs=2, stream=log, confinement=conf
+            )
             wall = time.monotonic() - started
-        print(f"{jobs:>4} {wall:>7.0f}s {wall / len(rows):>14.1f}s")
+        print(f"{label:<10} {wall:>7.0f}s {wall / len(rows):>14.1f}s")
     return 0
 
 

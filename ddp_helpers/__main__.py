@@ -1,4 +1,4 @@
-"""The command line: `python -m ddp_helpers build`, `grade` and `export`."""
+"""The command line: `python -m ddp_helpers build`, `export`, `grade` and `merge`."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import sys
 
 from .exercises import LESSONS
 from .grading.batch import DEFAULT_TIMEOUT
+from .grading.gradescope import VISIBILITIES
 from .grading.sandbox import DEFAULT_TASKS
 
 
@@ -37,6 +38,15 @@ def _size(text: str) -> int:
 
     try:
         return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _pattern(text: str):
+    from .grading.submissions import student_pattern
+
+    try:
+        return student_pattern(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -86,6 +96,28 @@ def main(argv: list[str] | None = None) -> int:
         choices=sorted(LESSONS),
         help="the lesson asked for: notebooks of other lessons are invalid",
     )
+    outputs = grade.add_argument_group("for an LMS, Gradescope and the instructor")
+    outputs.add_argument(
+        "--student-from",
+        metavar="PATTERN",
+        type=_pattern,
+        help="a regular expression that finds the student in each submission's path (its "
+        "group 'student', or its first group); default: the learner's folder",
+    )
+    outputs.add_argument(
+        "--gradescope",
+        metavar="DIR",
+        help="write Gradescope's results.json per submission (DIR/results.json for one)",
+    )
+    outputs.add_argument(
+        "--hidden-visibility",
+        choices=VISIBILITIES,
+        default="after_published",
+        help="when Gradescope shows the grader's extra cases (%(default)s)",
+    )
+    outputs.add_argument(
+        "--report", metavar="FILE", help="write the class report: what the class got wrong (HTML)"
+    )
     box = grade.add_argument_group("confinement of each submission")
     box.add_argument(
         "--sandbox",
@@ -104,7 +136,38 @@ def main(argv: list[str] | None = None) -> int:
     box.add_argument(
         "--threads", type=int, default=1, metavar="N", help="CPU threads per process (1)"
     )
+    merge = commands.add_parser(
+        "merge",
+        help="put the points of grades.csv into an LMS gradebook export, ready to import",
+        description="Write the gradebook again with each learner's points in one column, "
+        "matching the export's --key column with the student column of grades.csv.",
+    )
+    merge.add_argument("grades", help="the CSV `grade` wrote")
+    merge.add_argument("--into", required=True, metavar="CSV", help="the LMS's gradebook export")
+    merge.add_argument(
+        "--key",
+        required=True,
+        help="the export's column that holds the student (e.g. 'SIS Login ID')",
+    )
+    merge.add_argument(
+        "--column", required=True, help="the assignment's column (made if the export has none)"
+    )
+    merge.add_argument("--lesson", choices=sorted(LESSONS), help="only this lesson's rows")
+    merge.add_argument("-o", "--out", required=True, help="the file to import")
     args = parser.parse_args(argv)
+
+    if args.command == "merge":
+        from .grading.gradebook import MergeError
+        from .grading.gradebook import merge as merge_grades
+
+        try:
+            merge_grades(
+                args.grades, args.into, args.key, args.column, args.out, args.lesson, sys.stderr
+            )
+        except (MergeError, OSError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        return 0
 
     if args.command == "grade":
         from .grading import GradingError
@@ -135,6 +198,10 @@ def main(argv: list[str] | None = None) -> int:
                 args.jobs,
                 args.lesson,
                 confinement=confinement,
+                gradescope=args.gradescope,
+                hidden_visibility=args.hidden_visibility,
+                student_from=args.student_from,
+                report=args.report,
             )
         except GradingError as exc:
             print(f"error: {exc}", file=sys.stderr)

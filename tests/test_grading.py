@@ -8,7 +8,10 @@ their own, without kernels.
 from __future__ import annotations
 
 import csv
+import dataclasses
+import importlib
 import io
+import json
 import os
 import pickle
 import shutil
@@ -20,6 +23,7 @@ import time
 from pathlib import Path
 
 import cloudpickle
+import jsonschema
 import nbformat
 import psutil
 import pytest
@@ -97,7 +101,8 @@ def batch(tmp_path_factory):
     folders = sorted({f"subs/{name.split('/')[0]}" for name in expected})
     run = _grade_cli(
         [*folders, "--out", "grades.csv", "--feedback", "feedback"]
-        + ["--timeout", str(TIMEOUT), "--jobs", "2", "--sandbox"],
+        + ["--timeout", str(TIMEOUT), "--jobs", "2", "--sandbox"]
+        + ["--gradescope", "gradescope", "--report", "report.html"],
         cwd=tmp,
         tmpdir=tmpdir,
     )
@@ -146,16 +151,16 @@ def test_every_row_has_the_expected_status_and_score(batch):
 def test_csv_has_the_fixed_columns_then_one_per_exercise(batch):
     with open(batch["tmp"] / "grades.csv", newline="") as f:
         header = next(csv.reader(f))
-    assert header[:5] == ["submission", "lesson", "status", "points", "max_points"]
+    assert header[:6] == ["submission", "student", "lesson", "status", "points", "max_points"]
     lessons = ("01", "02", "03", "04")  # every lesson but 02 (the endless loop's) is in it
     columns = [
         f"{ex.id} {ex.name}" for lesson in lessons if lesson != "02" for ex in exercises_of(lesson)
     ]
-    assert header[5:] == columns
+    assert header[6:] == columns
     # A row of lesson 01 leaves the other lessons' exercise columns empty; invalid rows all.
     row = batch["rows"][f"right/{NAMES['01']}"]
     assert row["3.1 params_in_sync"] == "" and row["1.2 shard"] == "1"
-    assert all(batch["rows"]["not_a_lesson/scratch.ipynb"][h] == "" for h in header[5:])
+    assert all(batch["rows"]["not_a_lesson/scratch.ipynb"][h] == "" for h in header[6:])
 
 
 def test_no_process_or_temporary_folder_is_left(batch):
@@ -168,10 +173,20 @@ def endless(tmp_path_factory):
     """The endless loop, graded on its own with a short limit."""
     tmp = tmp_path_factory.mktemp("endless")
     make_submissions(tmp / "subs")
-    run = _grade_cli(["subs/endless_loop", "--feedback", "feedback", "--timeout", "3"], cwd=tmp)
+    run = _grade_cli(
+        ["subs/endless_loop", "--feedback", "feedback", "--timeout", "3", "--gradescope", "gs"],
+        cwd=tmp,
+    )
     rows = list(csv.DictReader(open(tmp / "grades.csv", newline="")))
     text = (tmp / "feedback" / f"subs__endless_loop__{NAMES['02'][:-6]}.md").read_text()
-    return {"run": run, "rows": rows, "feedback": text, "left": _grader_processes(tmp)}
+    gradescope = json.loads((tmp / "gs" / "results.json").read_text())
+    return {
+        "run": run,
+        "rows": rows,
+        "feedback": text,
+        "gradescope": gradescope,
+        "left": _grader_processes(tmp),
+    }
 
 
 def test_a_notebook_past_its_limit_is_a_timeout_and_keeps_earlier_answers(endless):
@@ -203,9 +218,9 @@ def test_progress_lines_and_summary_are_printed(batch):
     count = len(batch["expected"])
     assert f"Grading {count} submissions, 2 at a time; each notebook may run {TIMEOUT} s" in err
     assert f"[{count}/{count}]" in err and f"subs/right/{NAMES['04']}" in err
-    assert "status: ok 4 · timeout 0 · error 1 · invalid 3" in err
-    # 1.2 shard passes in right and partly_wrong, of the three lesson-01 runs
-    assert "1.2 shard" in err and "0.67 of 1  (n=3)" in err
+    assert "status: ok 5 · timeout 0 · error 1 · invalid 3" in err
+    # 1.2 shard passes in right and partly_wrong, of the four lesson-01 runs
+    assert "1.2 shard" in err and "0.50 of 1  (n=4)" in err
     assert "s per notebook run, 2 at a time)" in err
 
 
@@ -257,7 +272,154 @@ def test_feedback_of_an_invalid_submission_says_why(batch, name, words):
     assert "**Status: invalid.**" in text and words in text
 
 
+# ---------------------------------------------------------------- for an LMS and Gradescope
+
+SCHEMA = json.loads(
+    (Path(__file__).parent / "fixtures" / "gradescope_results.schema.json").read_text()
+)
+
+
+def _gradescope(batch, name: str) -> dict:
+    stem = "subs__" + name.removesuffix(".ipynb").replace("/", "__")
+    return json.loads((batch["tmp"] / "gradescope" / stem / "results.json").read_text())
+
+
+def test_the_csv_names_each_learner_by_their_folder(batch):
+    for name, row in batch["rows"].items():
+        assert row["student"] == name.split("/")[0]
+
+
+def test_gradescope_results_match_the_specification_and_the_csv(batch):
+    jsonschema.Draft202012Validator.check_schema(SCHEMA)
+    validator = jsonschema.Draft202012Validator(SCHEMA)
+    files = sorted((batch["tmp"] / "gradescope").glob("*/results.json"))
+    assert len(files) == len(batch["expected"])
+    for name, row in batch["rows"].items():
+        data = _gradescope(batch, name)
+        validator.validate(data)
+        assert data["score"] == float(row["points"])
+        assert sum(t["score"] for t in data["tests"]) == data["score"]
+        if row["status"] != "invalid":
+            assert sum(t["max_score"] for t in data["tests"]) == float(row["max_points"])
+
+
+def test_gradescope_shows_the_extra_cases_only_once_published(batch):
+    tests = {t["name"]: t for t in _gradescope(batch, f"fools_the_check/{NAMES['01']}")["tests"]}
+    shown = tests["1.2 shard"]
+    assert (shown["score"], shown["status"], shown["visibility"]) == (0.0, "failed", "visible")
+    assert "shown when grades are published" in shown["output"]
+    assert "beyond those the check shows" not in shown["output"]
+    extra = tests["1.2 shard: the grader's extra cases"]
+    assert (extra["status"], extra["visibility"]) == ("failed", "after_published")
+    assert "beyond those the check shows" in extra["output"]
+    assert tests["1.1 gpu_for_this_rank: the grader's extra cases"]["status"] == "passed"
+
+
+def test_no_output_holds_the_code_of_the_extra_cases(batch):
+    import inspect
+
+    from ddp_helpers.exercises import LESSONS
+
+    lines = {
+        line.strip()
+        for lesson in LESSONS
+        for ex in exercises_of(lesson)
+        if ex._hidden is not None
+        for line in inspect.getsource(ex._hidden).splitlines()[1:]
+        if len(line.strip()) > 20 and not line.strip().startswith(("#", '"""', "raise Wrong"))
+    }
+    assert lines  # the extra cases have code to leak
+    outputs = [
+        *(batch["tmp"] / "gradescope").rglob("*.json"),
+        *(batch["tmp"] / "feedback").iterdir(),
+    ]
+    outputs.append(batch["tmp"] / "report.html")
+    for path in outputs:
+        text = path.read_text()
+        assert not [line for line in lines if line in text], path
+
+
+def test_a_timeout_still_writes_gradescope_results_that_say_why(endless):
+    data = endless["gradescope"]
+    jsonschema.Draft202012Validator(SCHEMA).validate(data)
+    notebook = data["tests"][0]
+    assert (notebook["name"], notebook["status"]) == ("Notebook", "failed")
+    assert "ran past the time limit" in notebook["output"]
+    assert "stopped after 3 s" in notebook["output"] and "KeyboardInterrupt" in notebook["output"]
+    assert data["score"] == 1.0
+
+
+# ---------------------------------------------------------------- the class report
+
+
+def test_the_class_report_counts_outcomes_and_names_the_mistakes(batch):
+    from html.parser import HTMLParser
+
+    class Text(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.parts = []
+
+        def handle_data(self, data):
+            self.parts.append(data)
+
+    page = Text()
+    page.feed((batch["tmp"] / "report.html").read_text())
+    text = " ".join(" ".join(page.parts).split()).replace(" : ", ": ")
+    ran01 = sum(1 for e in batch["expected"].values() if e.lesson == "01" and e.status != "invalid")
+    assert f"Lesson 01 ({ran01} submissions that ran)" in text
+    # tampering sent the course's own answers: a named mistake on every exercise
+    assert text.count(f"1 of {ran01}: `…` is the course's reference answer") == 4
+    # partly_wrong's 1.3 and 1.4, named by the check's own message
+    assert f"1 of {ran01}: … is what each rank held before the call." in text
+    assert f"1 of {ran01}: the stub still raises NotImplementedError" in text
+    # fools_the_check's 1.2, found by the extra cases
+    assert f"1 of {ran01}: shard(…, …, …) returned … but DistributedSampler gives …" in text
+    assert "Time per submission" in text
+
+
+def test_the_class_report_reads_in_a_browser_with_no_broken_images(batch, tmp_path):
+    from browser import browser
+
+    with browser() as b:
+        page = b.new_page(viewport={"width": 1100, "height": 900})
+        page.goto((batch["tmp"] / "report.html").as_uri())
+        images = page.evaluate(
+            "Array.from(document.images).map(i => [i.complete, i.naturalWidth, i.alt])"
+        )
+        headings = page.locator("h2").all_inner_texts()
+        page.screenshot(path=tmp_path / "report.png", full_page=True)
+    lessons = [h for h in headings if h.startswith("Lesson")]
+    assert len(images) == len(lessons) + 1  # a plot per lesson, and the times
+    assert all(done and width > 300 and alt for done, width, alt in images), images
+    assert "Time per submission" in headings and "Submissions" in headings
+
+
+def test_every_message_of_every_check_is_named_as_itself():
+    """A new check's mistakes appear in the report with no code: its message is found."""
+    import string
+
+    from ddp_helpers.exercises import LESSONS, module_name
+    from ddp_helpers.grading import class_report
+
+    for lesson in LESSONS:
+        module = importlib.import_module(module_name(lesson))
+        for key, template in module.MESSAGES.items():
+            if not isinstance(template, str) or key.endswith("_ok"):
+                continue
+            fields = {f for _, f, _, _ in string.Formatter().parse(template) if f}
+            detail = template.format(**dict.fromkeys(fields, 7))
+            message = f"❌ Exercise {lesson[1]}.1: not yet. {detail}"
+            got = class_report.mistake_of(lesson, "wrong", message)
+            assert got == class_report.label_of(template), (lesson, key, got)
+
+
 # ---------------------------------------------------------------- finding submissions
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def _notebook(tmp_path, name, *sources) -> Path:
@@ -307,6 +469,129 @@ def test_folders_are_searched_and_checkpoints_skipped(tmp_path):
     (tmp_path / "notes.txt").write_text("not graded: folders give their notebooks only")
     names = [Path(s.name).name for s in grading.find_submissions([tmp_path, tmp_path / "a.ipynb"])]
     assert names == ["a.ipynb", "b.ipynb"]
+
+
+def _students(paths, pattern=None) -> dict[str, str]:
+    found = grading.find_submissions(
+        paths, student_from=None if pattern is None else submissions.student_pattern(pattern)
+    )
+    return {Path(s.name).as_posix(): s.student for s in found}
+
+
+def test_the_student_is_the_learners_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _notebook(_mkdir(tmp_path / "subs" / "alice"), "01.ipynb", "1")
+    _notebook(_mkdir(tmp_path / "subs" / "bob" / "week1"), "01.ipynb", "1")
+    _notebook(_mkdir(tmp_path / "carol"), "01.ipynb", "1")
+    assert _students(["subs"]) == {"subs/alice/01.ipynb": "alice", "subs/bob/week1/01.ipynb": "bob"}
+    # A learner's folder given itself, or its notebook (as a glob such as subs/*/01.ipynb does)
+    assert _students(["carol", "subs/alice/01.ipynb"]) == {
+        "carol/01.ipynb": "carol",
+        "subs/alice/01.ipynb": "alice",
+    }
+
+
+def test_a_flat_folder_of_many_learners_needs_a_pattern(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    flat = _mkdir(tmp_path / "canvas")
+    for name in ("alice_51_01_rank_and_world_size.ipynb", "bob_52_01_rank_and_world_size.ipynb"):
+        _notebook(flat, name, "import ddp_helpers.exercises.lesson01")
+    assert set(_students(["canvas"]).values()) == {""}  # not "canvas" for both
+    named = _students(["canvas"], r"(?P<student>[^/_]+)_\d+_[^/]*$")
+    assert sorted(named.values()) == ["alice", "bob"]
+    assert sorted(_students(["canvas"], r"_(\d+)_").values()) == ["51", "52"]  # first group
+    assert sorted(_students(["canvas"], r"[a-z]+(?=_5)").values()) == ["alice", "bob"]
+    assert set(_students(["canvas"], r"^nobody").values()) == {""}
+
+
+def test_a_bad_student_pattern_is_one_clear_error(tmp_path):
+    _notebook(tmp_path, "a.ipynb", "1")
+    run = _grade_cli(["a.ipynb", "--student-from", "(unclosed"], cwd=tmp_path)
+    assert run.returncode == 2
+    assert "--student-from takes a Python regular expression" in run.stderr
+    assert "missing ), unterminated subpattern" in run.stderr
+    assert not (tmp_path / "grades.csv").exists()
+
+
+def _merge(tmp_path, *args):
+    return subprocess.run(
+        [sys.executable, "-m", "ddp_helpers", "merge", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=with_this_package(dict(os.environ)),
+    )
+
+
+GRADES = """submission,student,lesson,status,points,max_points
+subs/Alice/01.ipynb,Alice,01,ok,3,4
+subs/bob/01.ipynb,bob,01,timeout,1,4
+subs/bob/02.ipynb,bob,02,ok,2,2
+subs/zed/01.ipynb,zed,01,ok,4,4
+flat/x.ipynb,,01,ok,4,4
+"""
+
+# The shape of a Canvas gradebook export: a points-possible row, then the learners.
+EXPORT = """Student,ID,SIS User ID,SIS Login ID,Section,Lesson 00 (101)
+    Points Possible,,,,,4
+"Doe, Alice",11,s11,alice,A,4
+"Roe, Bob",12,s12,bob,A,3
+"Poe, Carl",13,s13,carl,A,
+"""
+
+
+def test_merge_puts_the_points_into_a_gradebook_export(tmp_path):
+    (tmp_path / "grades.csv").write_text(GRADES)
+    (tmp_path / "export.csv").write_text("\ufeff" + EXPORT)  # Canvas writes a BOM
+    args = ["grades.csv", "--into", "export.csv", "--key", "SIS Login ID"]
+    args += ["--column", "Lesson 01 (102)", "--lesson", "01", "-o", "import.csv"]
+    run = _merge(tmp_path, *args)
+    assert run.returncode == 0, run.stderr
+    with open(tmp_path / "import.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["Lesson 01 (102)"] for r in rows] == ["", "3", "1", ""]  # case-blind match
+    assert [r["Lesson 00 (101)"] for r in rows] == ["4", "4", "3", ""]  # the rest untouched
+    assert "not in the gradebook, so not merged: zed" in run.stderr
+    assert "1 graded submission(s) have no student: flat/x.ipynb" in run.stderr
+    assert "wrote import.csv: 2 learners' points" in run.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--key", "Login", "--lesson", "01"], "has no column 'Login'; its columns are: Student"),
+        (["--key", "SIS Login ID"], "'bob' has 2 graded submissions: subs/bob/01.ipynb"),
+    ],
+)
+def test_a_merge_that_cannot_be_done_writes_nothing_and_says_why(tmp_path, args, words):
+    (tmp_path / "grades.csv").write_text(GRADES)
+    (tmp_path / "export.csv").write_text(EXPORT)
+    run = _merge(
+        tmp_path, "grades.csv", "--into", "export.csv", "--column", "L1", "-o", "i.csv", *args
+    )
+    assert run.returncode == 2 and words in run.stderr
+    assert not (tmp_path / "i.csv").exists()
+
+
+def test_gradescope_extra_cases_at_the_visibility_asked_for():
+    from ddp_helpers.grading import gradescope
+
+    row = Row(
+        _sub("a/01.ipynb"),
+        Status.OK,
+        [ExerciseScore("1.2", "shard", 1, "wrong", "❌ found by extra cases", "hint", "failed")],
+    )
+    for visibility in gradescope.VISIBILITIES:
+        tests = gradescope.results_json(row, visibility)["tests"]
+        assert [t["visibility"] for t in tests] == ["visible", visibility]
+        assert "found by extra cases" not in tests[0]["output"] and "hint" not in tests[0]["output"]
+        assert tests[1]["output"] == "❌ found by extra cases"
+    run = subprocess.run(
+        [sys.executable, "-m", "ddp_helpers", "grade", "x", "--hidden-visibility", "soon"],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 2 and "invalid choice: 'soon'" in run.stderr
 
 
 @pytest.mark.parametrize(
@@ -511,7 +796,7 @@ def test_the_worker_outcome_survives_its_json_line():
 
 def test_csv_cells_of_a_graded_and_an_invalid_row():
     columns = [("01", "1.1 gpu_for_this_rank"), ("01", "1.2 shard"), ("02", "2.1 pick_backend")]
-    sub = _sub("x.ipynb")
+    sub = dataclasses.replace(_sub("x.ipynb"), student="alice")
     row = Row(
         sub,
         Status.OK,
@@ -520,9 +805,9 @@ def test_csv_cells_of_a_graded_and_an_invalid_row():
             ExerciseScore("1.2", "shard", 1, "wrong"),
         ],
     )
-    assert reports.csv_cells(row, columns) == ["x.ipynb", "01", "ok", 1, 2, 1, 0, ""]
+    assert reports.csv_cells(row, columns) == ["x.ipynb", "alice", "01", "ok", 1, 2, 1, 0, ""]
     bad = Row.invalid(Submission(Path("y"), "y", problem="broken"))
-    assert reports.csv_cells(bad, columns) == ["y", "", "invalid", 0, "", "", "", ""]
+    assert reports.csv_cells(bad, columns) == ["y", "", "", "invalid", 0, "", "", "", ""]
 
 
 def test_feedback_shows_the_score_each_message_and_what_happened():

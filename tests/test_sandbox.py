@@ -17,11 +17,13 @@ import re
 import stat
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
+import nbformat
 import psutil
 import pytest
-from fixtures.submissions import FLOOD_SECONDS, NAMES, make_hostile_submissions
+from fixtures.submissions import FLOOD_SECONDS, NAMES, make_hostile_submissions, short
 
 from ddp_helpers.exercises import exercises_of
 from ddp_helpers.grading import sandbox
@@ -87,7 +89,8 @@ def sandboxed(tmp_path_factory):
     ]
     (tmp / "instructor_notes.txt").write_text("answers")
     writable = [str(PACKAGE), str(ROOT), str(tmp), str(Path(sys.prefix))]
-    make_hostile_submissions(tmp / "subs", readable, writable)
+    mark = f"probe-{uuid.uuid4().hex[:8]}"  # a name of this run's own
+    make_hostile_submissions(tmp / "subs", readable, writable, mark)
     folders = set(glob.glob("/tmp/ddp-grade-*"))
     run = _grade(
         ["subs", "--sandbox", "--memory", "2G", "--jobs", "2", "--timeout", str(TIMEOUT)]
@@ -108,11 +111,12 @@ def sandboxed(tmp_path_factory):
         "seen": seen,
         "readable": readable,
         "writable": writable,
+        "mark": mark,
         "left": _left(tmp),
         "folders_left": set(glob.glob("/tmp/ddp-grade-*")) - folders,
     }
     for folder in writable:  # what a broken sandbox let through is not left in the course
-        (Path(folder) / "probe-was-here").unlink(missing_ok=True)
+        (Path(folder) / mark).unlink(missing_ok=True)
 
 
 def test_the_only_network_interface_is_loopback(sandboxed):
@@ -138,7 +142,7 @@ def test_writes_land_only_in_the_submissions_own_folders(sandboxed):
         assert not seen["write"][str(Path(sys.prefix))]
     # What the sandbox let it write (a private /tmp) never reached the real folders.
     for folder in sandboxed["writable"]:
-        assert not (Path(folder) / "probe-was-here").exists(), folder
+        assert not (Path(folder) / sandboxed["mark"]).exists(), folder
 
 
 def test_submissions_graded_side_by_side_cannot_see_each_other(sandboxed):
@@ -228,11 +232,13 @@ def test_sandbox_that_cannot_be_had_stops_before_grading(tmp_path, script, words
 
 
 def test_the_sandbox_can_be_the_default_and_turned_off(tmp_path):
-    make_hostile_submissions(tmp_path / "subs", [], [])
-    run = _grade(["subs", "--out", "g.csv"], tmp_path, PATH="/nonexistent", DDP_HELPERS_SANDBOX="1")
+    nbformat.write(short("solutions", "01"), tmp_path / NAMES["01"])
+    run = _grade(
+        [NAMES["01"], "--out", "g.csv"], tmp_path, PATH="/nonexistent", DDP_HELPERS_SANDBOX="1"
+    )
     assert run.returncode == 2 and "needs bubblewrap" in run.stderr
     run = _grade(
-        ["subs/a_probe", "--no-sandbox", "--out", "g.csv"],
+        [NAMES["01"], "--no-sandbox", "--out", "g.csv"],
         tmp_path,
         PATH=os.environ["PATH"],
         DDP_HELPERS_SANDBOX="1",

@@ -65,6 +65,7 @@ class Result:
     status: str
     message: str
     hint: str | None = None
+    hidden: str | None = None  # the grader's extra cases: passed, failed, or None (not run)
 
     @property
     def passed(self) -> bool:
@@ -126,8 +127,11 @@ class Exercise:
         result = self._run(self._checker, answer)
         if result.passed and self._hidden is not None:
             hidden = self._run(self._hidden, answer)
-            if not hidden.passed:
+            if hidden.passed:
+                result.hidden = "passed"
+            else:
                 hidden.message = MESSAGES["hidden"].format(message=hidden.message)
+                hidden.hidden = "failed"
                 result = hidden
         return result
 

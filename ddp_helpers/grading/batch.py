@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from .class_report import write_report
+from .gradescope import results_paths, write_results
 from .reports import (
     MESSAGES as REPORT_MESSAGES,
 )
@@ -137,8 +139,16 @@ def grade(
     stream=None,
     grade_submission=None,
     confinement=None,
+    gradescope=None,
+    hidden_visibility: str = "after_published",
+    student_from=None,
+    report=None,
 ) -> list[Row]:
     """Grade every submission in paths; write the CSV (and feedback); return the rows.
+
+    Also, where asked: Gradescope's results.json per submission in `gradescope` (a folder;
+    the grader's extra cases at `hidden_visibility`), the class report at `report` (an
+    HTML file). `student_from`: a compiled pattern that finds the student in each path.
 
     The rows come back in submission order. A submission that runs past the limit while
     others are graded beside it (jobs > 1) is graded again alone once the rest are done.
@@ -148,9 +158,10 @@ def grade(
     if grade_submission is None:
         grade_submission = functools.partial(grade_one, confinement=confinement)
     stream = sys.stderr if stream is None else stream
-    subs = find_submissions(paths, lesson)
+    subs = find_submissions(paths, lesson, student_from)
     columns = columns_for(subs)
     names = feedback_names(subs)
+    gradescope_paths = results_paths(Path(gradescope), names) if gradescope is not None else {}
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     if feedback is not None:
@@ -174,13 +185,16 @@ def grade(
     def finished(row: Row) -> None:
         rows.append(row)
         writer.write(row)  # an OSError here (disk full) ends the batch: see `fatal`
-        if feedback is not None:
-            try:
+        try:
+            if feedback is not None:
                 write_feedback(row, Path(feedback) / names[row.submission.name], timeout)
-            except OSError as exc:
-                progress.say(
-                    REPORT_MESSAGES["feedback_failed"].format(name=row.submission.name, error=exc)
-                )
+            if gradescope is not None:
+                path = gradescope_paths[row.submission.name]
+                write_results(row, path, hidden_visibility)
+        except OSError as exc:
+            progress.say(
+                REPORT_MESSAGES["feedback_failed"].format(name=row.submission.name, error=exc)
+            )
         progress.finished(row)
 
     batch = Batch(subs, finished)
@@ -244,6 +258,8 @@ def grade(
                 cancel.set()
                 batch.give_up_retries()
                 writer.finish(rows, subs)
+                if report is not None:  # what was graded, reported
+                    write_report(in_order(rows, subs), report, timeout, time.monotonic() - started)
                 progress.done()
                 progress.say(MESSAGES["interrupted"].format(done=len(rows), total=count, out=out))
                 raise
@@ -254,9 +270,16 @@ def grade(
     if fatal:
         raise fatal[0]
     progress.done()
-    for line in summary(rows, columns, time.monotonic() - started, jobs):
+    wall = time.monotonic() - started
+    if report is not None:
+        write_report(in_order(rows, subs), report, timeout, wall)
+    for line in summary(rows, columns, wall, jobs):
         progress.say(line)
     shown = f" · feedback: {feedback}/ ({len(rows)} files)" if feedback is not None else ""
+    if gradescope is not None:
+        shown += f" · Gradescope: {gradescope}/"
+    if report is not None:
+        shown += f" · class report: {report}"
     progress.say(REPORT_MESSAGES["wrote"].format(out=out, feedback=shown))
     return in_order(rows, subs)
 

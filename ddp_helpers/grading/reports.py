@@ -60,7 +60,9 @@ def in_order(rows: list[Row], subs: list[Submission]) -> list[Row]:
 
 
 def csv_header(columns: list[tuple[str, str]]) -> list[str]:
-    return ["submission", "lesson", "status", "points", "max_points"] + [n for _, n in columns]
+    return ["submission", "student", "lesson", "status", "points", "max_points"] + [
+        n for _, n in columns
+    ]
 
 
 def csv_cells(row: Row, columns: list[tuple[str, str]]) -> list:
@@ -69,6 +71,7 @@ def csv_cells(row: Row, columns: list[tuple[str, str]]) -> list:
     graded = row.status is not Status.INVALID
     return [
         row.submission.name,
+        row.submission.student,
         row.submission.lesson or "",
         row.status.value,
         row.points,

@@ -27,6 +27,7 @@ class Submission:
     name: str  # as shown in the CSV: the path as given, relative where it can be
     lesson: str | None = None
     problem: str | None = None  # why it is invalid
+    student: str = ""  # from its path: the learner's folder, or --student-from
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,7 @@ class ExerciseScore:
     status: str  # correct, wrong, error, not_attempted or missing (exercises/_core.py)
     message: str = ""
     hint: str | None = None
+    hidden: str | None = None  # the grader's extra cases: passed, failed, or None (not run)
 
     @property
     def points(self) -> int:

@@ -53,24 +53,25 @@ def from_course(obj) -> str | None:
     return None
 
 
-def _score_one(ex, entry) -> tuple[str, str, str | None]:
+def _score_one(ex, entry) -> tuple[str, str, str | None, str | None]:
+    """(status, message, hint, hidden): hidden is how the grader's extra cases went."""
     import cloudpickle
 
     if entry is None:
-        return "missing", MESSAGES["missing"].format(name=ex.name), None
+        return "missing", MESSAGES["missing"].format(name=ex.name), None, None
     kind, payload = entry
     if kind != "ok":
-        return "error", MESSAGES["unsendable"].format(name=ex.name, error=payload), None
+        return "error", MESSAGES["unsendable"].format(name=ex.name, error=payload), None, None
     try:
         answer = cloudpickle.loads(payload)
     except BaseException as exc:  # noqa: BLE001 - whatever the pickle raises is the answer's
         error = f"{type(exc).__name__}: {exc}"
-        return "error", MESSAGES["unloadable"].format(name=ex.name, error=error), None
+        return "error", MESSAGES["unloadable"].format(name=ex.name, error=error), None, None
     module = from_course(answer)
     if module is not None:
-        return "wrong", MESSAGES["from_course"].format(name=ex.name, module=module), None
+        return "wrong", MESSAGES["from_course"].format(name=ex.name, module=module), None, None
     result = ex.grade(answer)  # the learner's check, then the grader's hidden cases
-    return result.status, result.message, result.hint
+    return result.status, result.message, result.hint, result.hidden
 
 
 def score_answers(answers_path: str, lesson: str, ids: list[str], out) -> None:
@@ -87,8 +88,9 @@ def score_answers(answers_path: str, lesson: str, ids: list[str], out) -> None:
         ex = exercises[ex_id]
         out.write(json.dumps({"event": "start", "id": ex_id}) + "\n")
         out.flush()
-        status, message, hint = _score_one(ex, found.get(ex.name))
-        done = {"event": "done", "id": ex_id, "status": status, "message": message, "hint": hint}
+        status, message, hint, hidden = _score_one(ex, found.get(ex.name))
+        done = {"event": "done", "id": ex_id, "status": status, "message": message}
+        done |= {"hint": hint, "hidden": hidden}
         out.write(json.dumps(done) + "\n")
         out.flush()
 
@@ -166,7 +168,9 @@ def _read_scores(proc, fd: int, limit: float, results: dict, cage=None) -> tuple
             if event["event"] == "start":
                 state["current"] = event["id"]
             else:
-                results[event["id"]] = {k: event[k] for k in ("status", "message", "hint")}
+                results[event["id"]] = {
+                    k: event[k] for k in ("status", "message", "hint", "hidden")
+                }
                 state["current"] = None
             state["deadline"] = time.monotonic() + limit
 

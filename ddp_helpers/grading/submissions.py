@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from pathlib import Path
 
 from ..exercises import LESSONS, exercises_of
@@ -41,6 +42,12 @@ MESSAGES = {
     ),
     "wrong_lesson": (
         "Wrong lesson: this is lesson {found}'s notebook but lesson {wanted} was asked for."
+    ),
+    "bad_pattern": (
+        "--student-from takes a Python regular expression searched in each submission's "
+        "path, with a group named student or a first group for the student's name or ID "
+        "(for files named like alice_01_rank_and_world_size.ipynb: "
+        "'(?P<student>[^/_]+)_[^/]*$'); {pattern!r} is not one: {error}."
     ),
 }
 
@@ -104,28 +111,73 @@ def lesson_of(path) -> tuple[str | None, str | None]:
     return lesson, None
 
 
-def find_submissions(paths, lesson: str | None = None) -> list[Submission]:
-    """Every notebook in paths (folders searched), each with its lesson or why it is invalid."""
-    files: dict[Path, str] = {}
+def find_submissions(
+    paths, lesson: str | None = None, student_from: re.Pattern | None = None
+) -> list[Submission]:
+    """Every notebook in paths (folders searched), each with its lesson or why it is invalid,
+    and its student (see student_of)."""
+    files: dict[Path, tuple[str, str | None]] = {}
     for given in paths:
         path = Path(given)
         if path.is_dir():
             for nb in sorted(path.rglob("*.ipynb")):
                 if ".ipynb_checkpoints" not in nb.parts and nb.is_file():
-                    files.setdefault(nb.resolve(), _shown(nb))
+                    folder = nb.relative_to(path).parts[:-1]
+                    files.setdefault(nb.resolve(), (_shown(nb), folder[0] if folder else None))
         elif path.is_file():
-            files.setdefault(path.resolve(), _shown(path))
+            files.setdefault(path.resolve(), (_shown(path), None))
         else:
             raise GradingError(MESSAGES["no_path"].format(path=given))
     if not files:
         raise GradingError(MESSAGES["no_notebooks"].format(paths=", ".join(map(str, paths))))
     subs = []
-    for resolved, shown in sorted(files.items(), key=lambda item: item[1]):
+    for resolved, (shown, folder) in sorted(files.items(), key=lambda item: item[1]):
         found, problem = lesson_of(resolved)
         if problem is None and lesson is not None and found != lesson:
             problem = MESSAGES["wrong_lesson"].format(found=found, wanted=lesson)
-        subs.append(Submission(resolved, shown, found, problem))
-    return subs
+        student = student_of(shown, student_from) if student_from is not None else folder
+        subs.append(Submission(resolved, shown, found, problem, student))
+    return _students_from_folders(subs)
+
+
+def _students_from_folders(subs: list[Submission]) -> list[Submission]:
+    """Students not yet known (None): the folder each notebook is in, as for `subs/alice`
+    or a glob `subs/*/01_*.ipynb`; but a folder holding the same lesson twice is a flat
+    collection of many learners: '' (--student-from can tell them apart)."""
+    import dataclasses
+
+    def folder(sub: Submission) -> str:
+        parent = sub.path.parent
+        return "" if parent == Path.cwd().resolve() else parent.name
+
+    seen = Counter((sub.path.parent, sub.lesson) for sub in subs if sub.student is None)
+    return [
+        dataclasses.replace(
+            sub, student=folder(sub) if seen[(sub.path.parent, sub.lesson)] == 1 else ""
+        )
+        if sub.student is None
+        else sub
+        for sub in subs
+    ]
+
+
+def student_of(shown: str, pattern: re.Pattern) -> str:
+    """The student a --student-from pattern finds in a submission's path ('' if none):
+    its group named `student`, else its first group, else what it matched."""
+    m = pattern.search(Path(shown).as_posix())
+    if m is None:
+        return ""
+    if "student" in pattern.groupindex:
+        return m.group("student") or ""
+    return (m.group(1) if pattern.groups else m.group(0)) or ""
+
+
+def student_pattern(text: str) -> re.Pattern:
+    """--student-from, compiled; a ValueError that says what is expected."""
+    try:
+        return re.compile(text)
+    except re.error as exc:
+        raise ValueError(MESSAGES["bad_pattern"].format(pattern=text, error=exc)) from None
 
 
 def _shown(path: Path) -> str:

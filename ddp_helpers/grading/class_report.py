@@ -1,0 +1,294 @@
+"""The class report: what the class got right and wrong, as one static HTML file.
+
+Per exercise, the share of correct, wrong, not attempted, error and missing answers, and
+the named mistakes counted across the class. A mistake's name is the check's own message
+template that produced it (found by matching the message against the lesson's MESSAGES),
+so a new check's mistakes appear here without code of their own. The plots (pass rates,
+time per submission) are matplotlib PNGs embedded in the file: it opens offline.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import importlib
+import io
+import os
+import re
+import string
+import time
+from collections import Counter
+from functools import cache
+from pathlib import Path
+
+from .results import Row, Status
+
+OUTCOMES = ("correct", "wrong", "not_attempted", "error", "missing")
+COLORS = {
+    "correct": "#2e7d32",
+    "wrong": "#c62828",
+    "not_attempted": "#9e9e9e",
+    "error": "#ef6c00",
+    "missing": "#5c6bc0",
+}
+LABELS = {
+    "correct": "correct",
+    "wrong": "wrong",
+    "not_attempted": "not attempted",
+    "error": "error",
+    "missing": "missing",
+}
+_PREFIX = re.compile(
+    r"^\W*Exercise \d+\.\d+: [^.]*\.\s*", re.DOTALL
+)  # "❌ Exercise 4.2: not yet. "
+
+MESSAGES = {
+    "title": "Class report",
+    "raised": "raised {name}",
+    "missing_label": "not defined when the notebook ended",
+    "not_attempted_label": "the stub still raises NotImplementedError",
+    "other": "other: {text}",
+}
+
+
+# ---------------------------------------------------------------- naming mistakes
+
+
+@cache
+def _templates(lesson: str) -> list[tuple[str, re.Pattern, int]]:
+    """(template, pattern, literal length) of every message a lesson's checks can give."""
+    from ..exercises import _core, module_name
+    from . import scorer
+
+    module = importlib.import_module(module_name(lesson))
+    found = []
+    for source in (getattr(module, "MESSAGES", {}), _core.MESSAGES, scorer.MESSAGES):
+        for text in source.values():
+            if isinstance(text, str):
+                pattern, literal = _pattern_of(text)
+                found.append((text, pattern, literal))
+    return found
+
+
+def _pattern_of(template: str) -> tuple[re.Pattern, int]:
+    parts, literal = [], 0
+    for text, field, _spec, _conv in string.Formatter().parse(template):
+        parts.append(re.escape(text))
+        literal += len(text)
+        if field is not None:
+            parts.append("(.+?)")
+    return re.compile("^" + "".join(parts) + "$", re.DOTALL), literal
+
+
+def label_of(template: str) -> str:
+    """A template as a mistake's name: its fields as '…'."""
+    out = []
+    for text, field, _spec, _conv in string.Formatter().parse(template):
+        out.append(text)
+        if field is not None:
+            out.append("…")
+    return "".join(out).strip()
+
+
+def mistake_of(lesson: str, status: str, message: str) -> str | None:
+    """The named mistake behind an exercise's result, or None for a correct one."""
+    from ..exercises import _core
+
+    if status == "correct":
+        return None
+    if status == "missing":
+        return MESSAGES["missing_label"]
+    if status == "not_attempted":
+        return MESSAGES["not_attempted_label"]
+    hidden = _core.MESSAGES["hidden"].split("{message}")[1]
+    detail = _PREFIX.sub("", message.removesuffix(hidden)).strip()
+    if status == "error":
+        raised = re.findall(r"^(\w+(?:\.\w+)*(?:Error|Exception|Interrupt|Exit))\b", detail, re.M)
+        if raised:
+            return MESSAGES["raised"].format(name=raised[-1])
+    best = None
+    for template, pattern, literal in _templates(lesson):
+        if pattern.match(detail) and (best is None or literal > best[1]):
+            best = (template, literal)
+    if best is None:
+        return MESSAGES["other"].format(text=detail.splitlines()[0][:80] if detail else status)
+    return label_of(best[0])
+
+
+# ---------------------------------------------------------------- counting
+
+
+def tally(rows: list[Row]) -> dict:
+    """lesson -> exercise column -> {outcomes: Counter, mistakes: Counter, examples: {}}."""
+    out: dict[str, dict[str, dict]] = {}
+    for row in rows:
+        if row.status is Status.INVALID:
+            continue
+        lesson = row.submission.lesson
+        for ex in row.exercises:
+            entry = out.setdefault(lesson, {}).setdefault(
+                ex.column, {"outcomes": Counter(), "mistakes": Counter(), "examples": {}}
+            )
+            entry["outcomes"][ex.status] += 1
+            mistake = mistake_of(lesson, ex.status, ex.message)
+            if mistake is not None:
+                entry["mistakes"][mistake] += 1
+                entry["examples"].setdefault(mistake, ex.message)
+    return out
+
+
+# ---------------------------------------------------------------- plots
+
+
+def _png(fig) -> str:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def plot_outcomes(counts: dict[str, dict]) -> str:
+    """Stacked bars: each exercise's share of each outcome."""
+    from matplotlib.figure import Figure
+
+    columns = list(counts)
+    fig = Figure(figsize=(7.5, 0.45 * len(columns) + 1.2))
+    ax = fig.subplots()
+    left = [0.0] * len(columns)
+    for outcome in OUTCOMES:
+        shares = []
+        for column in columns:
+            c = counts[column]["outcomes"]
+            shares.append(100 * c[outcome] / max(1, sum(c.values())))
+        ax.barh(columns, shares, left=left, color=COLORS[outcome], label=LABELS[outcome])
+        left = [a + b for a, b in zip(left, shares, strict=True)]
+    ax.invert_yaxis()
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("% of submissions that ran")
+    ax.legend(ncols=5, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False, fontsize=8)
+    return _png(fig)
+
+
+def plot_times(rows: list[Row], timeout: float) -> str:
+    """Each submission's time, sorted: the notebook's run, then its checks; and the limit,
+    which is the notebook's."""
+    from matplotlib.figure import Figure
+
+    ran = [r for r in rows if r.status is not Status.INVALID and r.run_seconds is not None]
+    ran.sort(key=lambda r: r.run_seconds + (r.score_seconds or 0))
+    fig = Figure(figsize=(7.5, 3))
+    ax = fig.subplots()
+    where = range(len(ran))
+    run = [r.run_seconds for r in ran]
+    colors = [COLORS["correct"] if r.status is Status.OK else COLORS["error"] for r in ran]
+    ax.bar(where, run, color=colors, label="notebook (orange: timeout or error)")
+    checks = [r.score_seconds or 0 for r in ran]
+    ax.bar(where, checks, bottom=run, color="#90a4ae", label="checks")
+    ax.axhline(timeout, color="#555", linestyle="--", linewidth=1)
+    ax.text(-0.4, timeout, f"notebook limit {timeout:g} s", va="bottom", fontsize=8)
+    ax.set_xlabel("submissions, fastest first")
+    ax.set_ylabel("seconds")
+    ax.set_xticks([])
+    ax.legend(loc="upper left", frameon=False, fontsize=8)
+    return _png(fig)
+
+
+# ---------------------------------------------------------------- the page
+
+_STYLE = """
+body { font: 15px/1.45 system-ui, sans-serif; max-width: 60rem; margin: 2rem auto;
+       padding: 0 1rem; color: #222; }
+h1 { margin-bottom: 0.2rem; } .meta { color: #666; margin-top: 0; }
+table { border-collapse: collapse; margin: 0.8rem 0; } td, th { padding: 0.25rem 0.6rem;
+       border-bottom: 1px solid #ddd; text-align: left; } td.n { text-align: right; }
+.bar { display: inline-block; height: 0.7rem; vertical-align: middle; }
+ul.mistakes li { margin: 0.2rem 0; } details { color: #555; font-size: 0.9em; }
+pre { white-space: pre-wrap; background: #f6f6f6; padding: 0.5rem; }
+img { max-width: 100%; }
+"""
+
+
+def render(rows: list[Row], timeout: float, wall: float) -> str:
+    """The report's HTML."""
+    e = html.escape
+    counts = Counter(r.status.value for r in rows)
+    ran = [r for r in rows if r.status is not Status.INVALID]
+    lessons = sorted({r.submission.lesson for r in ran})
+    tallied = tally(rows)
+    out = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{MESSAGES['title']}: lesson {', '.join(lessons) or '-'}</title>",
+        f"<style>{_STYLE}</style></head><body>",
+        f"<h1>{MESSAGES['title']}</h1>",
+        '<p class="meta">'
+        + e(
+            f"{len(rows)} submissions · "
+            + " · ".join(f"{s} {counts.get(s, 0)}" for s in ("ok", "timeout", "error", "invalid"))
+            + f" · graded in {wall:.0f} s on {time.strftime('%Y-%m-%d %H:%M')}"
+        )
+        + "</p>",
+    ]
+    for lesson in lessons:
+        table = tallied.get(lesson, {})
+        n = sum(1 for r in ran if r.submission.lesson == lesson)
+        out.append(f"<h2>Lesson {e(lesson)} ({n} submission{'' if n == 1 else 's'} that ran)</h2>")
+        out.append(
+            f'<img alt="Share of each outcome per exercise, lesson {e(lesson)}" '
+            f'src="{plot_outcomes(table)}">'
+        )
+        out.append("<table><tr><th>exercise</th>")
+        out += [f"<th>{LABELS[o]}</th>" for o in OUTCOMES]
+        out.append("</tr>")
+        for column, entry in table.items():
+            total = max(1, sum(entry["outcomes"].values()))
+            out.append(f"<tr><td>{e(column)}</td>")
+            for o in OUTCOMES:
+                k = entry["outcomes"][o]
+                out.append(
+                    f'<td class="n">{k} <span class="bar" style="width:{60 * k / total:.0f}px;'
+                    f'background:{COLORS[o]}"></span> {100 * k / total:.0f}%</td>'
+                )
+            out.append("</tr>")
+        out.append("</table>")
+        for column, entry in table.items():
+            if not entry["mistakes"]:
+                continue
+            total = sum(entry["outcomes"].values())
+            out.append(f"<h3>{e(column)}: what went wrong</h3><ul class='mistakes'>")
+            for mistake, k in entry["mistakes"].most_common():
+                example = entry["examples"][mistake]
+                out.append(
+                    f"<li><b>{k} of {total}</b>: {e(mistake)}<details><summary>an example"
+                    f"</summary><pre>{e(example)}</pre></details></li>"
+                )
+            out.append("</ul>")
+    if ran:
+        out.append("<h2>Time per submission</h2>")
+        out.append(
+            f'<img alt="Seconds each submission took to grade" src="{plot_times(rows, timeout)}">'
+        )
+    out.append("<h2>Submissions</h2><table><tr>")
+    out += [f"<th>{h}</th>" for h in ("student", "submission", "status", "points", "seconds")]
+    out.append("</tr>")
+    for r in rows:
+        points = f"{r.points}/{r.max_points}" if r.max_points is not None else "-"
+        cells = (
+            r.submission.student,
+            r.submission.name,
+            r.status.value,
+            points,
+            f"{r.seconds:.1f}",
+        )
+        out.append("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in cells) + "</tr>")
+    out.append("</table></body></html>")
+    return "\n".join(out)
+
+
+def write_report(rows: list[Row], path, timeout: float, wall: float) -> Path:
+    """Write the report (made whole, then moved into place)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(render(rows, timeout, wall), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
