@@ -9,6 +9,7 @@ _NOTEBOOK_SECONDS: dict[str, float] = defaultdict(float)
 
 
 def pytest_configure(config):
+    config.ddp_notes = []  # lines a test wants shown at the end (where its files are)
     # Kernels started by nbval inherit this: every multi-rank cell prints rank 0's lines,
     # then rank 1's, ... so the stored outputs can be compared line by line.
     os.environ["DDP_HELPERS_OUTPUT"] = "ordered"
@@ -20,6 +21,11 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_terminal_summary(terminalreporter):
+    notes = getattr(terminalreporter.config, "ddp_notes", [])
+    if notes:
+        terminalreporter.section("notes")
+        for note in notes:
+            terminalreporter.write_line(note)
     if not _NOTEBOOK_SECONDS:
         return
     terminalreporter.section("solution notebooks: execution time")

@@ -1,20 +1,28 @@
-"""The README stays true: its layout is the package's, module by module."""
+"""The README and docs/ stay true: the layout is the package's, every command they show
+exists and answers --help, every file and link they name is there."""
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+
+import pytest
 
 from conftest import ROOT
 
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+TEXT = {path: path.read_text() for path in DOCS}
+
 
 def _layout_block() -> list[str]:
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "development.md").read_text()
     block = text.split("## Layout", 1)[1].split("```", 2)[1]
     return [line for line in block.splitlines() if line.strip()]
 
 
 def _listed_modules() -> set[str]:
-    """The package's modules as the README's layout lists them, e.g. 'launcher/api.py'."""
+    """The package's modules as the layout lists them, e.g. 'launcher/api.py'."""
     listed, folders = set(), {}
     for line in _layout_block():
         indent = len(line) - len(line.lstrip())
@@ -30,7 +38,7 @@ def _listed_modules() -> set[str]:
     return listed
 
 
-def test_the_readme_layout_lists_every_module_of_the_package_and_no_other():
+def test_the_layout_lists_every_module_of_the_package_and_no_other():
     package = ROOT / "ddp_helpers"
     actual = {
         str(p.relative_to(package))
@@ -49,3 +57,71 @@ def test_every_module_says_what_it_is_for_in_its_first_line():
             continue
         first = path.read_text().lstrip().splitlines()[0]
         assert re.match(r'^"""\S.+', first), f"{path.relative_to(ROOT)}: {first!r}"
+
+
+def _named(pattern: str) -> list[str]:
+    return sorted({m for text in TEXT.values() for m in re.findall(pattern, text)})
+
+
+MAKE_TARGETS = _named(r"(?m)(?:`|^)make ([a-z][\w-]*)")  # in code, not prose
+SUBCOMMANDS = _named(r"python -m ddp_helpers ([a-z]+)")
+SCRIPTS = _named(r"\b((?:benchmarks|tests/fixtures)/\w+\.py)\b")
+
+
+def test_the_docs_name_the_commands_users_run():
+    assert {"lab", "test", "bench", "bench-grade", "scaling", "soak"} <= set(MAKE_TARGETS)
+    assert {"build", "export", "grade", "merge"} <= set(SUBCOMMANDS)
+
+
+@pytest.mark.parametrize("target", MAKE_TARGETS)
+def test_every_make_target_named_exists(target):
+    run = subprocess.run(["make", "-n", target], cwd=ROOT, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+
+
+@pytest.mark.parametrize("command", SUBCOMMANDS)
+def test_every_subcommand_named_answers_help(command):
+    run = subprocess.run(
+        [sys.executable, "-m", "ddp_helpers", command, "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0 and "usage: python -m ddp_helpers" in run.stdout, run.stderr
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_script_named_answers_help(script):
+    run = subprocess.run(
+        [sys.executable, script, "--help"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert run.returncode == 0 and "usage:" in run.stdout, run.stderr
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def test_every_file_and_link_named_is_there():
+    missing = []
+    for path, text in TEXT.items():
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):  # Markdown links
+            if target.startswith(("http://", "https://")):
+                continue
+            file, _, anchor = target.partition("#")
+            linked = (path.parent / file).resolve() if file else path
+            if not linked.exists():
+                missing.append(f"{path.name}: link {target}")
+            elif anchor and anchor not in {
+                _slug(h) for h in re.findall(r"^#+ (.+)$", linked.read_text(), re.M)
+            }:
+                missing.append(f"{path.name}: anchor {target}")
+        # Paths of this repository in backticks: `ddp_helpers/authoring/pace.py`, `docs/`
+        for name in re.findall(
+            r"`((?:ddp_helpers|tests|benchmarks|docs|lessons|solutions|jupyter)/[\w./-]*)`", text
+        ):
+            if not re.search(r"\*|NN", name) and not (ROOT / name).exists():
+                missing.append(f"{path.name}: {name}")
+    assert not missing, "\n".join(missing)

@@ -193,6 +193,11 @@ def test_interrupt_stops_every_rank_within_two_seconds_and_a_killed_kernel_leave
         assert elapsed < 2.5, f"interrupt took {elapsed:.1f} s"
         errors = [o for o in outputs if "ename" in o]
         assert errors and errors[0]["ename"] == "KeyboardInterrupt"
+        # Above it, where each rank was when stop was pressed: the notebook's own line.
+        text = "".join(o.get("text", "") for o in outputs if o.get("name") == "stderr")
+        assert "Interrupted: every rank was stopped. Where each was" in text, outputs
+        for rank in (0, 1):
+            assert f"rank {rank}:\n  Cell In[" in text and "time.sleep(600)" in text
         names = [p.name() for p in descendants(km.provisioner.process.pid)]
         # The zygote (and the spares it forks for the next launch) remain; no rank does.
         assert "ddp-zygote" in names and not [n for n in names if "rank" in n], names

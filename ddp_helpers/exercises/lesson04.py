@@ -432,12 +432,22 @@ def _save_harness(save_checkpoint, folder):
         rank = dist.get_rank()
         model, opt = _trained_ddp()
         if rank == 0:
-            time.sleep(0.3)  # rank 0 starts late: a rank that does not wait for it will show
+            # Rank 0 is late, and slow to write: a rank that does not wait for its file
+            # goes on long before it is there, however busy the machine.
+            time.sleep(0.3)
+            real_save = torch.save
+
+            def slow_save(*args, **kwargs):
+                time.sleep(0.3)
+                return real_save(*args, **kwargs)
+
+            torch.save = slow_save
         save_checkpoint(model, opt, 7, os.path.join(_rank_folder(folder, rank), "ckpt.pt"))
+        info = {"went_on_at": time.time()}  # when this rank's save_checkpoint returned
         rank0_file = os.path.join(_rank_folder(folder, 0), "ckpt.pt")
-        info = {"rank0_file_there": os.path.exists(rank0_file)}
         dist.barrier()
         if rank == 0 and os.path.exists(rank0_file):
+            info["written_at"] = os.stat(rank0_file).st_mtime
             ckpt = torch.load(rank0_file, map_location="cpu", weights_only=False)
             info["keys"] = sorted(ckpt) if isinstance(ckpt, dict) else type(ckpt).__name__
             if isinstance(ckpt, dict) and {"model", "optimizer", "epoch"} <= set(ckpt):
@@ -486,7 +496,7 @@ def _check_save(fn) -> str:
         raise Wrong(MESSAGES["save_count"].format(ranks=" and ".join(map(str, wrote))), hint=0)
     if wrote != [0]:
         raise Wrong(MESSAGES["save_not_zero"].format(ranks=wrote[0]), hint=0)
-    if not results[1]["rank0_file_there"]:
+    if results[1]["went_on_at"] < results[0].get("written_at", 0):
         raise Wrong(MESSAGES["save_barrier"], hint=2)
     info = results[0]
     if not isinstance(info.get("keys"), list) or not {"model", "optimizer", "epoch"} <= set(

@@ -167,6 +167,11 @@ def _outcome(run: Run) -> Results:
     """The ranks' values, or the error that says which rank failed and why."""
     __tracebackhide__ = True
     if run.interrupted:
+        stacks = [r for r in run.records if r.stack]
+        if stacks:  # where each rank was when stop was pressed, above the KeyboardInterrupt
+            parts = [FAILURE_MESSAGES["interrupted_where"]]
+            parts += [f"rank {r.rank}:\n{render_stack(r.stack)}" for r in stacks]
+            print("\n\n".join(parts), file=sys.stderr, flush=True)
         raise KeyboardInterrupt
     if run.launcher_died:
         client.shutdown()

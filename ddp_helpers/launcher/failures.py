@@ -34,6 +34,9 @@ MESSAGES = {
     "stack_at_death": "Python stack of rank {rank} when it died (most recent call last):",
     "timeout": "The run did not finish within {timeout:g} s, so every rank was stopped.",
     "timeout_where": "Where each rank was at that moment (most recent call last):",
+    "interrupted_where": (
+        "Interrupted: every rank was stopped. Where each was (most recent call last):"
+    ),
     "timeout_hint": (
         "A rank waiting in a collective (barrier, all_reduce, broadcast, DDP's backward) "
         "that another rank never reaches hangs forever: look for a collective inside "

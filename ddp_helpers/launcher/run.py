@@ -104,11 +104,23 @@ class Run:
             try:
                 self._step()
             except KeyboardInterrupt:
-                self.interrupted = True
-                self._stop(signal.SIGKILL)
+                self._on_interrupt()
             if until is not None and time.monotonic() >= until and not self.done:
                 return False
         return True
+
+    def _on_interrupt(self) -> None:
+        """Stop pressed: ask the running ranks where they are (for the cell), then kill
+        them; a second press, or one before they run, kills at once."""
+        now = time.monotonic()
+        if not self.interrupted and self.phase == "running":
+            self.interrupted = True
+            self.phase = "dumping"
+            self.dump_sent_at = now
+            self._signal(signal.SIGUSR1, group=False)
+            return
+        self.interrupted = True
+        self._stop(signal.SIGKILL)
 
     def kill(self) -> None:
         """Stop every rank now and close the run (an error in the loop, an abandoned spawn)."""
@@ -215,7 +227,9 @@ class Run:
         if self.phase == "dumping":
             live = [s for s in self.ranks if s.status is None]
             have_all = all(s.stack for s in live)
-            if now - self.dump_sent_at > (0.3 if have_all else 2.0):
+            # Stop pressed: a learner waits, so 1 s at most for the stacks.
+            wait = 0.3 if have_all else (1.0 if self.interrupted else 2.0)
+            if now - self.dump_sent_at > wait:
                 self._stop(signal.SIGKILL)
         if self.phase == "stopping" and not self.killed and now - self.stop_sent_at > 1.0:
             self._signal(signal.SIGKILL)

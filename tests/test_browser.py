@@ -1,0 +1,254 @@
+"""The course as a learner meets it: `make lab`, in a real (headless) Chromium.
+
+The README's own `make lab` serves a copy of lessons/ (so that nothing the test types is
+saved into the course) on a free port. In the browser: no pop-up on arrival; each lesson
+run from the Run menu with every code cell run, rank lines on the page, every check "not
+attempted" and no traceback; exercise 1.1 answered right and wrong; a hanging `%%ddp`
+cell stopped from the toolbar within 3 s, with the ranks' stacks, and the kernel still
+usable. A screenshot of each lesson goes to a temporary folder, named at the end of the
+run. The browser is the system's Chromium (`make test` installs Debian's as root) or
+Playwright's own; without one, these tests fail saying what to install.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import nbformat
+import psutil
+import pytest
+from browser import browser
+
+from conftest import ROOT
+from ddp_helpers.exercises import LESSONS, exercises_of, notebook_name
+
+TOKEN = "ddp-browser-test"
+FIRST = notebook_name("01")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """`make lab` serving a copy of the lessons: (its address, the folder it serves)."""
+    served = tmp_path_factory.mktemp("lab")
+    shutil.copytree(ROOT / "lessons", served / "lessons")
+    port = _free_port()
+    env = dict(os.environ, PORT=str(port), LAB_ROOT=str(served), JUPYTER_TOKEN=TOKEN)
+    for name in ("DISPLAY", "WAYLAND_DISPLAY", "DDP_HELPERS_OUTPUT", "JUPYTER_CONFIG_PATH"):
+        env.pop(name, None)  # headless, and as a learner's lab prints: as it comes
+    proc = subprocess.Popen(
+        ["make", "lab"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            with urllib.request.urlopen(f"{base}/api/status?token={TOKEN}", timeout=2):
+                break
+        except OSError:
+            assert proc.poll() is None, proc.stdout.read().decode()
+            assert time.monotonic() < deadline, "JupyterLab did not start in 120 s"
+            time.sleep(0.5)
+    family = []
+    try:
+        yield base, served
+    finally:
+        family = psutil.Process(proc.pid).children(recursive=True)
+        os.killpg(proc.pid, signal.SIGTERM)  # the server shuts its kernels down
+        proc.wait(timeout=60)
+        _, alive = psutil.wait_procs(family, timeout=20)
+        assert not alive, f"left running after `make lab` stopped: {alive}"
+
+
+@pytest.fixture(scope="module")
+def page(lab):
+    with browser() as b:
+        page = b.new_page(viewport={"width": 1280, "height": 900})
+        page.set_default_timeout(60_000)
+        yield page
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory, request):
+    folder = tmp_path_factory.mktemp("screenshots")
+    request.config.ddp_notes.append(f"browser screenshots of the lessons: {folder}")
+    return folder
+
+
+def _open(page, base: str, notebook: str) -> None:
+    # ?reset: a fresh workspace, this notebook its only tab (so the Run menu's too).
+    page.goto(f"{base}/lab/tree/lessons/{notebook}?reset&token={TOKEN}")
+    page.locator(".jp-NotebookPanel:visible .jp-Notebook").wait_for()
+    # The kernel is up when the status bar says Idle.
+    page.locator(".jp-StatusBar-TextItem", has_text="| Idle").first.wait_for()
+
+
+def _notebook(page):
+    return page.locator(".jp-NotebookPanel:visible .jp-Notebook")
+
+
+def _prompts(page) -> list[str]:
+    return _notebook(page).locator(".jp-CodeCell .jp-InputPrompt").all_inner_texts()
+
+
+def _wait_all_ran(page, count: int, limit: float) -> list[str]:
+    deadline = time.monotonic() + limit
+    while True:
+        prompts = [p.strip() for p in _prompts(page)]
+        if len(prompts) == count and all(re.fullmatch(r"\[\d+\]:", p) for p in prompts):
+            return prompts
+        if time.monotonic() > deadline:
+            shot = Path(tempfile.mkdtemp(prefix="ddp-browser-")) / "stuck.png"
+            page.screenshot(path=shot)
+            raise AssertionError(f"cells not run after {limit} s: {prompts} (page: {shot})")
+        time.sleep(0.25)
+
+
+def _run_menu(page, item: str) -> None:
+    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(f"^{re.escape(item)}$")).click()
+
+
+def _run_all(page, limit: float = 60) -> list[str]:
+    """Run All Cells from the Run menu, on this notebook; the prompts once all have run."""
+    # The Run menu acts on the notebook that has the focus: after a reload JupyterLab
+    # may have given it to another of the tabs it restored.
+    _notebook(page).locator(".jp-Cell").first.click(position={"x": 8, "y": 8})
+    count = len(_prompts(page))
+    _run_menu(page, "Run All Cells")
+    return _wait_all_ran(page, count, limit)
+
+
+def _cell_with(page, text: str):
+    return _notebook(page).locator(".jp-CodeCell", has_text=text).first
+
+
+def _replace_source(page, cell, source: str) -> None:
+    cell.locator(".cm-content").click()
+    page.keyboard.press("Control+a")
+    page.keyboard.insert_text(source)  # typed as is: no auto-indent, no closing brackets
+
+
+def _output_of(cell) -> str:
+    return cell.locator(".jp-OutputArea").inner_text()
+
+
+def test_make_lab_opens_the_first_lesson_with_no_pop_up(lab, page):
+    base, _ = lab
+    page.goto(f"{base}/?token={TOKEN}")
+    page.locator(".jp-NotebookPanel:visible .jp-Notebook").wait_for()
+    assert page.url.endswith(f"/lab/tree/lessons/{FIRST}")
+    time.sleep(3)  # JupyterLab asks about news a moment after it opens, when it asks
+    assert page.locator(".Toastify__toast").all_inner_texts() == []
+    assert page.locator(".jp-Dialog").count() == 0
+
+
+@pytest.mark.parametrize("lesson", sorted(LESSONS))
+def test_each_lesson_runs_clean_from_the_run_menu(lab, page, shots, lesson):
+    base, served = lab
+    name = notebook_name(lesson)
+    nb = nbformat.read(served / "lessons" / name, as_version=4)
+    code = sum(c.cell_type == "code" for c in nb.cells)
+    _open(page, base, name)
+    # Every cell comes into the page (windowingMode none, from the course's settings),
+    # not only those in view.
+    deadline = time.monotonic() + 30
+    while (shown := _notebook(page).locator(".jp-Cell").count()) != len(nb.cells):
+        assert time.monotonic() < deadline, f"{shown} of {len(nb.cells)} cells in the page"
+        time.sleep(0.2)
+    prompts = _run_all(page)
+    assert len(prompts) == code
+    text = _notebook(page).inner_text()
+    assert "[rank 0]" in text and "[rank 1]" in text
+    for ex in exercises_of(lesson):
+        assert f"⏳ Exercise {ex.id}: not attempted yet" in text, ex.id
+    assert "Traceback (most recent call last)" not in text
+    assert "-" * 40 not in text  # IPython's banner above an error
+    page.screenshot(path=shots / f"{name.removesuffix('.ipynb')}.png")
+
+
+def test_exercise_1_1_typed_right_then_wrong(lab, page, shots):
+    base, _ = lab
+    _open(page, base, FIRST)
+    _run_all(page)
+    stub = _cell_with(page, "def gpu_for_this_rank():")
+    check = _cell_with(page, "ex.q1.check(gpu_for_this_rank)")
+    answers = {
+        'return torch.device("cuda", int(os.environ["LOCAL_RANK"]))': "✅ Exercise 1.1: correct",
+        'return torch.device("cuda", int(os.environ["RANK"]))': "which does not exist there",
+    }
+    for body, expected in answers.items():
+        _replace_source(page, stub, f"def gpu_for_this_rank():\n    {body}\n")
+        page.keyboard.press("Shift+Enter")  # runs it and moves to the check below
+        page.keyboard.press("Shift+Enter")
+        deadline = time.monotonic() + 30
+        while expected not in _output_of(check):
+            assert time.monotonic() < deadline, _output_of(check)
+            time.sleep(0.2)
+        if expected.startswith("✅"):  # the picture in the README (docs/lab.png)
+            check.evaluate("cell => cell.scrollIntoView({block: 'end'})")
+            page.screenshot(path=shots / "exercise_1_1_correct.png")
+    assert "❌ Exercise 1.1: not yet." in _output_of(check)
+
+
+def test_a_hanging_ddp_cell_stops_from_the_toolbar_with_the_ranks_stacks(lab, page):
+    base, _ = lab
+    _open(page, base, FIRST)
+    _run_all(page)
+    last = _notebook(page).locator(".jp-Cell").last
+    last.click()
+    page.keyboard.press("Escape")
+    page.keyboard.press("b")  # a new cell below, in edit mode after Enter
+    page.keyboard.press("Enter")
+    page.keyboard.insert_text(
+        "%%ddp -n 2\nimport time\nprint('waiting', flush=True)\ntime.sleep(600)"
+    )
+    page.keyboard.press("Shift+Enter")
+    hang = _notebook(page).locator(".jp-CodeCell", has_text="time.sleep(600)").last
+    deadline = time.monotonic() + 30
+    while "[rank 1] waiting" not in _output_of(hang):
+        assert time.monotonic() < deadline, _output_of(hang)
+        time.sleep(0.2)
+    started = time.monotonic()
+    page.locator(
+        ".jp-NotebookPanel:visible jp-button[data-command='notebook:interrupt-kernel'],"
+        ".jp-NotebookPanel:visible button[data-command='notebook:interrupt-kernel']"
+    ).first.click()
+    while not re.fullmatch(r"\[\d+\]:", hang.locator(".jp-InputPrompt").inner_text().strip()):
+        assert time.monotonic() - started < 10, "the cell did not stop"
+        time.sleep(0.05)
+    stopped = time.monotonic() - started
+    out = _output_of(hang)
+    assert stopped < 3, f"the cell took {stopped:.1f} s to stop"
+    assert "Interrupted: every rank was stopped" in out and "KeyboardInterrupt" in out
+    assert "rank 0:" in out and "rank 1:" in out and "time.sleep(600)" in out
+    # The same kernel runs the next cell.
+    page.keyboard.press("Escape")
+    page.keyboard.press("b")
+    page.keyboard.press("Enter")
+    page.keyboard.insert_text("print(6 * 7)")
+    page.keyboard.press("Shift+Enter")
+    after = _notebook(page).locator(".jp-CodeCell", has_text="print(6 * 7)").last
+    deadline = time.monotonic() + 20
+    while "42" not in _output_of(after):
+        assert time.monotonic() < deadline, _output_of(after)
+        time.sleep(0.2)
