@@ -179,8 +179,11 @@ def test_each_lesson_runs_clean_from_the_run_menu(lab, page, shots, lesson):
     assert len(prompts) == code
     text = _notebook(page).inner_text()
     assert "[rank 0]" in text and "[rank 1]" in text
-    for ex in exercises_of(lesson):
+    exercises = exercises_of(lesson)
+    for ex in exercises:
         assert f"⏳ Exercise {ex.id}: not attempted yet" in text, ex.id
+    assert f"Lesson {lesson}: 0 of {len(exercises)} exercises pass" in text
+    assert "✅" not in text and "❌" not in text and "💥" not in text
     assert "Traceback (most recent call last)" not in text
     assert "-" * 40 not in text  # IPython's banner above an error
     page.screenshot(path=shots / f"{name.removesuffix('.ipynb')}.png")

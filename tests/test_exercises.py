@@ -3,7 +3,7 @@
 That every reference passes its check is proven by the solution notebooks under nbval
 (each check cell must print "correct", and test_answers.py proves each reference is the
 notebook's own solution); that every stub is "not attempted", by the untouched lessons
-(test_lessons.py); every learner mistake and other right answer, by the sweep.
+run in JupyterLab (test_browser.py); every learner mistake and other right answer, by the sweep.
 """
 
 from __future__ import annotations

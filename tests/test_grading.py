@@ -1024,3 +1024,35 @@ def test_a_worker_killed_from_outside_costs_its_row_only_and_leaves_nothing(tmp_
     assert "was killed by SIGKILL from outside" in text
     assert not _grader_processes(tmp_path)
     assert not list((tmp_path / "tmpdir").iterdir())
+
+
+def test_the_workers_plain_reading_of_code_cells_matches_nbformat():
+    import nbformat
+
+    for path in sorted(ROOT.glob("*/0*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        want = [c.source for c in nb.cells if c.cell_type == "code"]
+        assert submissions.code_sources(path) == want, path
+
+
+def test_nbformat_imported_quickly_still_validates_and_leaves_the_iri_checker_importable():
+    code = (
+        "from ddp_helpers.nbformat_quick import nbformat\n"
+        "nb = nbformat()\n"
+        "nb.validate(nb.v4.new_notebook())\n"
+        "bad = nb.v4.new_notebook(); bad.cells = [{'cell_type': 'code'}]\n"
+        "try:\n"
+        "    nb.validate(bad)\n"
+        "except nb.ValidationError:\n"
+        "    print('rejected')\n"
+        "import rfc3987_syntax\n"
+        "print(rfc3987_syntax.is_valid_syntax('iri', 'https://example.org/a'))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=with_this_package(dict(os.environ)),
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["rejected", "True"]

@@ -179,9 +179,12 @@ def test_nothing_is_left_running_or_on_disk(sandboxed):
 
 @pytest.fixture(scope="module")
 def rlimited(tmp_path_factory):
-    """The memory hog and the process flood without cgroups: RLIMIT_DATA and a task count."""
+    """The memory hog and the process flood without cgroups: RLIMIT_DATA and a task count.
+
+    (Without answers: the sandboxed batch above shows the answers around a hog still count.)
+    """
     tmp = tmp_path_factory.mktemp("rlimit")
-    make_hostile_submissions(tmp / "subs", [], [])
+    make_hostile_submissions(tmp / "subs", [], [], answers=False)
     run = _grade(
         ["subs/memory_hog", "subs/process_flood", "--memory", "2G", "--jobs", "2"]
         + ["--timeout", str(TIMEOUT), "--out", "grades.csv", "--feedback", "feedback"],

@@ -108,7 +108,9 @@ def build_lessons(
     `listed`: the notebook names the course's lessons must have; by default, for the
     project's own solutions/, those of the LESSONS registry.
     """
-    import nbformat
+    from ..nbformat_quick import nbformat as _nbformat
+
+    nbformat = _nbformat()
 
     if listed is None and Path(solutions) == ROOT / "solutions":
         from ..exercises import LESSONS, notebook_name
@@ -145,7 +147,9 @@ def build_lessons(
 
 def execute_solutions(solutions: Path = ROOT / "solutions", timeout: int = 300) -> None:
     """Run every solution notebook in a fresh kernel and store its outputs (for nbval)."""
-    import nbformat
+    from ..nbformat_quick import nbformat as _nbformat
+
+    nbformat = _nbformat()
     from nbclient import NotebookClient
 
     # The stored record must not depend on which rank printed first.

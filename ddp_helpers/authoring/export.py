@@ -41,7 +41,9 @@ def _is_magic(line: str) -> bool:
 
 def export_script(notebook: Path, name: str = "train.py") -> tuple[str, int]:
     """The script's source (to be saved as `name`), and how many cells went into it."""
-    import nbformat
+    from ..nbformat_quick import nbformat as _nbformat
+
+    nbformat = _nbformat()
 
     nb = nbformat.read(notebook, as_version=4)
     cells = [

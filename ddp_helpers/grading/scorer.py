@@ -84,6 +84,10 @@ def score_answers(answers_path: str, lesson: str, ids: list[str], out) -> None:
             found = pickle.load(f)
     except (OSError, EOFError):
         found = {}
+    if any(entry[0] == "ok" for entry in found.values()):
+        from ..launcher import client
+
+        client.start()  # the launcher imports torch while the answers load (and import it)
     for ex_id in ids:
         ex = exercises[ex_id]
         out.write(json.dumps({"event": "start", "id": ex_id}) + "\n")

@@ -32,7 +32,7 @@ from .kernel import Kernel, KernelDied, error_text
 from .results import Event, ExerciseScore, Outcome, Row, Status, Submission
 from .sandbox import Cage, Confinement
 from .scorer import MIN_CHECK_LIMIT, score
-from .submissions import read_notebook
+from .submissions import code_sources
 
 KERNEL_START_LIMIT = 60.0  # seconds for a fresh kernel to answer; not counted in TIMEOUT
 
@@ -102,6 +102,7 @@ def _child_env(workdir: str) -> dict:
     env = dict(os.environ)
     env["TMPDIR"] = os.path.join(workdir, "tmp")  # the submission's temporary files die with it
     env.pop("DDP_HELPERS_OUTPUT", None)
+    env["DDP_HELPERS_WARM_UP"] = "0"  # the launcher starts at a launch, if the notebook has one
     return with_this_package(env)  # the grader's own copy, wherever the notebook runs
 
 
@@ -196,8 +197,7 @@ def grade_submission(
         os.mkdir(os.path.join(workdir, sub))
     cage = Cage(confinement or Confinement(), workdir)
     try:
-        nb = read_notebook(path)
-        cells = [c.source for c in nb.cells if c.cell_type == "code"]
+        cells = code_sources(path)
         status, events, run_seconds = run_notebook(
             cells, [ex.name for ex in exercises], workdir, limit, cage
         )

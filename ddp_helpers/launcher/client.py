@@ -45,6 +45,12 @@ class ZygoteClient:
         child.close()
         self.sock = parent
         self.pid = os.getpid()
+        self.ready = False
+
+    def wait_ready(self) -> ZygoteClient:
+        """Wait for the zygote's hello (torch imported, GPUs counted); raise if it failed."""
+        if self.ready:
+            return self
         try:
             msg, _ = wire.recv(self.sock)
         except EOFError:
@@ -63,6 +69,8 @@ class ZygoteClient:
         self.info = msg
         # Said once, at the first launch of this zygote (not from a background thread).
         self.unsaid = torch_compat.warnings(self.compat)
+        self.ready = True
+        return self
 
     def alive(self) -> bool:
         return self.pid == os.getpid() and self.proc.poll() is None
@@ -88,13 +96,26 @@ def get() -> ZygoteClient:
     with _lock:
         if _zygote is None or not _zygote.alive():
             _zygote = ZygoteClient()
-        return _zygote
+        try:
+            return _zygote.wait_ready()
+        except DistributedError:
+            _zygote = None
+            raise
+
+
+def start() -> None:
+    """Start the zygote without waiting for it: it imports torch while the caller works."""
+    global _zygote
+    with _lock:
+        if _zygote is None or not _zygote.alive():
+            _zygote = ZygoteClient()
 
 
 def running() -> ZygoteClient | None:
     """This kernel's zygote if one is running, without starting one."""
     with _lock:
-        return _zygote if _zygote is not None and _zygote.alive() else None
+        ok = _zygote is not None and _zygote.ready and _zygote.alive()
+        return _zygote if ok else None
 
 
 def warm_up() -> None:

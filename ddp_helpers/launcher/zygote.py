@@ -87,7 +87,11 @@ class Zygote:
                 )
             except InterruptedError:
                 ready = []
-            if not ready and not self.children and not self.warm:
+            # Warm up when idle, or as soon as the first launch's ranks are gone: a caller
+            # that launches back to back (the checks, the grader) never leaves the zygote
+            # idle, and without the warm-up each DDP rank imports torch._dynamo (1-2 s).
+            # The first launch itself never waits for it.
+            if not self.children and not self.warm and (not ready or self.pool_size):
                 self.warm_up()
             elif not ready and want_spare:
                 self.fork_spare()
