@@ -527,3 +527,28 @@ def test_a_spawn_that_is_never_joined_does_not_block_later_launches(capfd):
     running.terminate()
     assert list(launch(lambda: 3, nprocs=2)) == [3, 3]
     assert kept is not None
+
+
+@pytest.mark.parametrize("setting, starts", [(None, True), ("0", False)])
+def test_load_ext_starts_the_launcher_ahead_unless_told_not_to(setting, starts):
+    import subprocess
+    import sys
+
+    from ddp_helpers.procs import with_this_package
+
+    code = (
+        "import threading\n"
+        "from IPython.core.interactiveshell import InteractiveShell\n"
+        "import ddp_helpers\n"
+        "ddp_helpers.load_ipython_extension(InteractiveShell.instance())\n"
+        "print(any(t.name == 'ddp-warm-up' for t in threading.enumerate()))\n"
+    )
+    env = with_this_package(dict(os.environ))
+    env.pop("DDP_HELPERS_WARM_UP", None)
+    if setting is not None:
+        env["DDP_HELPERS_WARM_UP"] = setting
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-1] == str(starts)
