@@ -552,3 +552,27 @@ def test_load_ext_starts_the_launcher_ahead_unless_told_not_to(setting, starts):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[-1] == str(starts)
+
+
+def _nothing():
+    return None
+
+
+def _sleep_long():
+    time.sleep(30)
+
+
+def test_stop_pressed_while_the_zygote_is_still_busy_stops_at_once(no_leftovers):
+    import threading
+
+    from ddp_helpers.launcher import client
+
+    client.shutdown()
+    launch(_nothing, nprocs=2)  # a fresh zygote's first launch: it warms up right after
+    timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
+    start = time.monotonic()
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        launch(_sleep_long, nprocs=2)  # requested while the zygote imports torch._dynamo
+    assert time.monotonic() - start < 2.5
+    assert list(launch(_nothing, nprocs=2)) == [None, None]  # and the next launch works

@@ -84,7 +84,8 @@ def score_answers(answers_path: str, lesson: str, ids: list[str], out) -> None:
             found = pickle.load(f)
     except (OSError, EOFError):
         found = {}
-    if any(entry[0] == "ok" for entry in found.values()):
+    entries = found.values() if isinstance(found, dict) else ()
+    if any(isinstance(e, tuple) and e[:1] == ("ok",) for e in entries):
         from ..launcher import client
 
         client.start()  # the launcher imports torch while the answers load (and import it)

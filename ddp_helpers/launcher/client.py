@@ -98,7 +98,12 @@ def get() -> ZygoteClient:
             _zygote = ZygoteClient()
         try:
             return _zygote.wait_ready()
-        except DistributedError:
+        except DistributedError:  # it closed itself
+            _zygote = None
+            raise
+        except BaseException:  # interrupted mid-hello: the stream is out of step, drop it
+            _zygote.proc.kill()
+            _zygote.sock.close()
             _zygote = None
             raise
 

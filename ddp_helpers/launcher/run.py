@@ -94,7 +94,7 @@ class Run:
             for w in child_ends:
                 os.close(w)
         self.sel.register(self.zygote.sock, selectors.EVENT_READ)
-        self.phase = "running"
+        self.phase = "requested"  # "running" once the zygote says the ranks exist
 
     # -- the loop
 
@@ -111,7 +111,8 @@ class Run:
 
     def _on_interrupt(self) -> None:
         """Stop pressed: ask the running ranks where they are (for the cell), then kill
-        them; a second press, or one before they run, kills at once."""
+        them; a second press, or one before they exist (the zygote still busy), kills at
+        once."""
         now = time.monotonic()
         if not self.interrupted and self.phase == "running":
             self.interrupted = True
@@ -164,6 +165,8 @@ class Run:
         if msg.get("id") != self.id:
             return
         if msg["op"] == "started":
+            if self.phase == "requested":
+                self.phase = "running"
             if self.timeout is not None:
                 self.deadline = time.monotonic() + self.timeout
         elif msg["op"] == "exit":

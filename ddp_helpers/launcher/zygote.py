@@ -88,9 +88,11 @@ class Zygote:
             except InterruptedError:
                 ready = []
             # Warm up when idle, or as soon as the first launch's ranks are gone: a caller
-            # that launches back to back (the checks, the grader) never leaves the zygote
-            # idle, and without the warm-up each DDP rank imports torch._dynamo (1-2 s).
-            # The first launch itself never waits for it.
+            # that launches back to back (the checks, the grader) may never leave the
+            # zygote idle, and without the warm-up each DDP rank imports torch._dynamo
+            # (1-2 s, every launch). A launch already waiting then waits for it once (about
+            # 1 s), even if it builds no DDP model; a launch that arrives before any was
+            # made never waits.
             if not self.children and not self.warm and (not ready or self.pool_size):
                 self.warm_up()
             elif not ready and want_spare:
@@ -293,7 +295,10 @@ def main() -> None:
     # Everything imported so far lives as long as the zygote: keep the collector off it, so
     # that a rank's collections do not walk (and copy-on-write touch) all of torch.
     gc.freeze()
-    wire.send(sock, ready)
+    try:
+        wire.send(sock, ready)
+    except OSError:  # the kernel (or the grader's scorer) went away while torch loaded
+        return
     Zygote(sock, compat).serve()
 
 
