@@ -12,21 +12,16 @@ Playwright's own; without one, these tests fail saying what to install.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import signal
-import socket
-import subprocess
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 import nbformat
-import psutil
 import pytest
 from browser import browser
+from lab_server import make_lab
 
 from conftest import ROOT
 from ddp_helpers.exercises import LESSONS, exercises_of, notebook_name
@@ -35,48 +30,13 @@ TOKEN = "ddp-browser-test"
 FIRST = notebook_name("01")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     """`make lab` serving a copy of the lessons: (its address, the folder it serves)."""
     served = tmp_path_factory.mktemp("lab")
     shutil.copytree(ROOT / "lessons", served / "lessons")
-    port = _free_port()
-    env = dict(os.environ, PORT=str(port), LAB_ROOT=str(served), JUPYTER_TOKEN=TOKEN)
-    for name in ("DISPLAY", "WAYLAND_DISPLAY", "DDP_HELPERS_OUTPUT", "JUPYTER_CONFIG_PATH"):
-        env.pop(name, None)  # headless, and as a learner's lab prints: as it comes
-    proc = subprocess.Popen(
-        ["make", "lab"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            with urllib.request.urlopen(f"{base}/api/status?token={TOKEN}", timeout=2):
-                break
-        except OSError:
-            assert proc.poll() is None, proc.stdout.read().decode()
-            assert time.monotonic() < deadline, "JupyterLab did not start in 120 s"
-            time.sleep(0.5)
-    family = []
-    try:
+    with make_lab(TOKEN, LAB_ROOT=str(served)) as base:
         yield base, served
-    finally:
-        family = psutil.Process(proc.pid).children(recursive=True)
-        os.killpg(proc.pid, signal.SIGTERM)  # the server shuts its kernels down
-        proc.wait(timeout=60)
-        _, alive = psutil.wait_procs(family, timeout=20)
-        assert not alive, f"left running after `make lab` stopped: {alive}"
 
 
 @pytest.fixture(scope="module")
@@ -152,6 +112,23 @@ def _output_of(cell) -> str:
     return cell.locator(".jp-OutputArea").inner_text()
 
 
+def _run_new_cell_below(page, source: str):
+    """Add a cell below the selected one, type source into it, run it; the cell."""
+    page.keyboard.press("Escape")
+    page.keyboard.press("b")  # a new cell below, in edit mode after Enter
+    page.keyboard.press("Enter")
+    page.keyboard.insert_text(source)
+    page.keyboard.press("Shift+Enter")
+    return _notebook(page).locator(".jp-CodeCell", has_text=source.splitlines()[-1]).last
+
+
+def _wait_for_output(cell, text: str, limit: float) -> None:
+    deadline = time.monotonic() + limit
+    while text not in _output_of(cell):
+        assert time.monotonic() < deadline, _output_of(cell)
+        time.sleep(0.2)
+
+
 def test_make_lab_opens_the_first_lesson_with_no_pop_up(lab, page):
     base, _ = lab
     page.goto(f"{base}/?token={TOKEN}")
@@ -217,20 +194,11 @@ def test_a_hanging_ddp_cell_stops_from_the_toolbar_with_the_ranks_stacks(lab, pa
     base, _ = lab
     _open(page, base, FIRST)
     _run_all(page)
-    last = _notebook(page).locator(".jp-Cell").last
-    last.click()
-    page.keyboard.press("Escape")
-    page.keyboard.press("b")  # a new cell below, in edit mode after Enter
-    page.keyboard.press("Enter")
-    page.keyboard.insert_text(
-        "%%ddp -n 2\nimport time\nprint('waiting', flush=True)\ntime.sleep(600)"
+    _notebook(page).locator(".jp-Cell").last.click()
+    hang = _run_new_cell_below(
+        page, "%%ddp -n 2\nimport time\nprint('waiting', flush=True)\ntime.sleep(600)"
     )
-    page.keyboard.press("Shift+Enter")
-    hang = _notebook(page).locator(".jp-CodeCell", has_text="time.sleep(600)").last
-    deadline = time.monotonic() + 30
-    while "[rank 1] waiting" not in _output_of(hang):
-        assert time.monotonic() < deadline, _output_of(hang)
-        time.sleep(0.2)
+    _wait_for_output(hang, "[rank 1] waiting", 30)
     started = time.monotonic()
     page.locator(
         ".jp-NotebookPanel:visible jp-button[data-command='notebook:interrupt-kernel'],"
@@ -245,13 +213,4 @@ def test_a_hanging_ddp_cell_stops_from_the_toolbar_with_the_ranks_stacks(lab, pa
     assert "Interrupted: every rank was stopped" in out and "KeyboardInterrupt" in out
     assert "rank 0:" in out and "rank 1:" in out and "time.sleep(600)" in out
     # The same kernel runs the next cell.
-    page.keyboard.press("Escape")
-    page.keyboard.press("b")
-    page.keyboard.press("Enter")
-    page.keyboard.insert_text("print(6 * 7)")
-    page.keyboard.press("Shift+Enter")
-    after = _notebook(page).locator(".jp-CodeCell", has_text="print(6 * 7)").last
-    deadline = time.monotonic() + 20
-    while "42" not in _output_of(after):
-        assert time.monotonic() < deadline, _output_of(after)
-        time.sleep(0.2)
+    _wait_for_output(_run_new_cell_below(page, "print(6 * 7)"), "42", 20)

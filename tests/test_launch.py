@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+import threading
 import time
 
 import pytest
 
 from ddp_helpers import DistributedError, Results, launch, spawn
+from ddp_helpers.launcher import client
+from ddp_helpers.procs import with_this_package
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
@@ -91,8 +96,6 @@ def test_spawn_passes_the_global_rank_on_several_nodes_too(tmp_path):
     ("gpus", "visible"), [(2, ["", "", "", ""]), (4, ["0,1", "0,1", "2,3", "2,3"])]
 )
 def test_simulated_nodes_with_a_faked_gpu_count(monkeypatch, capfd, gpus, visible):
-    from ddp_helpers.launcher import client
-
     monkeypatch.setattr(client.get(), "gpus", gpus)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     # gloo: these ranks have no real GPU to pin; only what each "machine" would see is checked.
@@ -387,8 +390,6 @@ def test_bad_options_get_a_clear_error_before_anything_starts(kwargs, message):
 
 
 def test_nccl_without_gpus_says_how_many_were_found_and_what_works():
-    from ddp_helpers.launcher import client
-
     gpus = client.get().gpus
     if gpus >= 2:
         pytest.skip("this machine has GPUs; the nccl path is checked by benchmarks/gpu_check.sh")
@@ -404,8 +405,6 @@ def test_an_unpicklable_argument_is_named():
 
 
 def test_auto_backend_is_gloo_without_gpus():
-    from ddp_helpers.launcher import client
-
     expected = "nccl" if client.get().gpus >= 2 else "gloo"
     assert list(launch(lambda: os.environ["DDP_HELPERS_BACKEND"], nprocs=2)) == [expected] * 2
 
@@ -531,11 +530,6 @@ def test_a_spawn_that_is_never_joined_does_not_block_later_launches(capfd):
 
 @pytest.mark.parametrize("setting, starts", [(None, True), ("0", False)])
 def test_load_ext_starts_the_launcher_ahead_unless_told_not_to(setting, starts):
-    import subprocess
-    import sys
-
-    from ddp_helpers.procs import with_this_package
-
     code = (
         "import threading\n"
         "from IPython.core.interactiveshell import InteractiveShell\n"
@@ -563,10 +557,6 @@ def _sleep_long():
 
 
 def test_stop_pressed_while_the_zygote_is_still_busy_stops_at_once(no_leftovers):
-    import threading
-
-    from ddp_helpers.launcher import client
-
     client.shutdown()
     launch(_nothing, nprocs=2)  # a fresh zygote's first launch: it warms up right after
     timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
