@@ -64,6 +64,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="first run every solution notebook and store its outputs",
     )
+    build.add_argument(
+        "--only",
+        metavar="NN",
+        action="append",
+        choices=sorted(LESSONS),
+        help="with --execute: run only this lesson's solution notebook (repeatable)",
+    )
     export = commands.add_parser("export", help="a notebook's training code as a torchrun script")
     export.add_argument("notebook", help="e.g. solutions/04_sampler_and_checkpoint.ipynb")
     export.add_argument("-o", "--output", default="train.py", help="the script to write")
@@ -235,8 +242,12 @@ def main(argv: list[str] | None = None) -> int:
         from .authoring.build import BuildError, build_lessons, execute_solutions
 
         try:
+            if args.only and not args.execute:
+                parser.error(
+                    "--only goes with --execute: build --check and build always see every lesson"
+                )
             if args.execute:
-                execute_solutions()
+                execute_solutions(only=args.only)
             problems = build_lessons(check=args.check)
         except BuildError as exc:
             print(f"error: {exc}", file=sys.stderr)

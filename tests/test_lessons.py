@@ -56,10 +56,10 @@ def test_each_stub_names_the_exercise_whose_function_it_is_in(path):
 
 @pytest.mark.parametrize("path", LESSON_FILES, ids=lambda p: p.name[:2])
 def test_the_estimate_at_the_top_is_what_the_core_path_counts_to(path):
-    from ddp_helpers.authoring.pace import TARGET_MINUTES, core_path, stated
+    from ddp_helpers.authoring.pace import TARGET_MINUTES, lesson_core_path, stated
 
     nb = nbformat.read(path, as_version=4)
-    counted = core_path(nb)
+    counted = lesson_core_path(path.name[:2])  # on the solution: answers and outputs
     assert stated(nb) == (counted.rounded, counted.exercises), (
         f"solutions/{path.name} says {stated(nb)}; its core path counts to {counted} = "
         f"{counted.minutes:.1f} min: write 'about {counted.rounded} minutes' at its top"

@@ -8,7 +8,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-BEGIN = re.compile(r"^(\s*)# BEGIN SOLUTION\s*$")
+# `# BEGIN SOLUTION (from exercise 2.2)`: a later lesson asks for an earlier answer again
+# (pasted in); its stub names that exercise and it does not count among this lesson's.
+BEGIN = re.compile(r"^(\s*)# BEGIN SOLUTION(?: \(from exercise (\d+\.\d+)\))?\s*$")
 END = re.compile(r"^\s*# END SOLUTION\s*$")
 DROP_TAG = "solution-only"
 
@@ -53,16 +55,16 @@ def strip_solutions(
         if begin is None:
             m = BEGIN.match(line)
             if m:
-                begin = (n, m.group(1))
+                begin = (n, m.group(1), m.group(2))
             elif END.match(line):
                 raise BuildError(MESSAGES["stray_end"].format(nb=where[0], cell=where[1], line=n))
             else:
                 out.append(line)
         elif END.match(line):
-            count += 1
-            out.append(
-                f'{begin[1]}raise NotImplementedError("exercise {lesson}.{first + count - 1}")'
-            )
+            if begin[2] is None:
+                count += 1
+            exercise = begin[2] or f"{lesson}.{first + count - 1}"
+            out.append(f'{begin[1]}raise NotImplementedError("exercise {exercise}")')
             begin = None
     if begin is not None:
         raise BuildError(MESSAGES["unclosed"].format(nb=where[0], cell=where[1], line=begin[0]))
@@ -145,8 +147,10 @@ def build_lessons(
     return problems
 
 
-def execute_solutions(solutions: Path = ROOT / "solutions", timeout: int = 300) -> None:
-    """Run every solution notebook in a fresh kernel and store its outputs (for nbval)."""
+def execute_solutions(
+    solutions: Path = ROOT / "solutions", timeout: int = 300, only: list[str] | None = None
+) -> None:
+    """Run the solution notebooks (`only` these lessons) in fresh kernels; store outputs."""
     from ..nbformat_quick import nbformat as _nbformat
 
     nbformat = _nbformat()
@@ -155,6 +159,8 @@ def execute_solutions(solutions: Path = ROOT / "solutions", timeout: int = 300) 
     # The stored record must not depend on which rank printed first.
     os.environ["DDP_HELPERS_OUTPUT"] = "ordered"
     for path in _solutions(solutions):
+        if only and path.name[:2] not in only:
+            continue
         nb = nbformat.read(path, as_version=4)
         started = time.monotonic()
         NotebookClient(

@@ -1,23 +1,41 @@
-"""How long a lesson's core path takes: the estimate at the top of every notebook (authors)."""
+"""How long a lesson's core path takes: the estimate at the top of every notebook (authors).
+
+`python -m ddp_helpers.authoring.pace` prints each lesson's estimate, item by item.
+"""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-# The rates behind the estimate: prose read at 200 words a minute (careful non-fiction
-# reading), code skimmed at 30 lines a minute, 5 s per code cell to run it and look at
-# its output, 1.5 minutes per exercise to write and check an answer.
-WORDS_PER_MINUTE = 200
-CODE_LINES_PER_MINUTE = 30
+# The rates behind the estimate, for a learner new to distributed training:
+# - technical prose read to be understood: 150 words a minute;
+# - code read line by line (not skimmed): 20 lines a minute;
+# - 5 s per code cell to run it, 3 s per line it prints (at most 20 lines a cell: a long
+#   stack is skimmed), 30 s per picture;
+# - an exercise takes the time its work asks: 40 s per line of the reference answer,
+#   at least a minute (a prediction), so a 15-line function takes ten; an exercise whose
+#   `minutes` is set (an Exercise attribute) says why it differs from that rule;
+# - an earlier lesson's answer pasted in again: a minute.
+WORDS_PER_MINUTE = 150
+CODE_LINES_PER_MINUTE = 20
 SECONDS_PER_CODE_CELL = 5
-MINUTES_PER_EXERCISE = 1.5
-TARGET_MINUTES = 15
+SECONDS_PER_OUTPUT_LINE = 3
+OUTPUT_LINES_READ = 20
+SECONDS_PER_PICTURE = 30
+MINUTES_PER_ANSWER_LINE = 2 / 3
+MINUTES_PER_PASTED_ANSWER = 1
+TARGET_MINUTES = 20
 
 GOING_FURTHER = re.compile(r"^## Going further", re.M)
 STATED = re.compile(r"\*Core path: about (\d+) minutes of reading and running, (\d+) exercises?\.")
 _WORD = re.compile(r"[A-Za-z0-9_'`.-]+")
-_STUB = re.compile(r'raise NotImplementedError\("exercise \d+\.\d+"\)')
+_BEGIN = re.compile(r"^\s*# BEGIN SOLUTION(?: \(from exercise (\d+\.\d+)\))?\s*$")
+_END = re.compile(r"^\s*# END SOLUTION\s*$")
+
+
+def _code_lines(lines) -> int:
+    return sum(1 for line in lines if line.strip() and not line.strip().startswith("#"))
 
 
 @dataclass(frozen=True)
@@ -27,40 +45,127 @@ class CorePath:
     words: int
     code_cells: int
     code_lines: int
-    exercises: int
+    output_lines: int
+    pictures: int
+    exercise_minutes: tuple[float, ...] = field(default=())  # one entry per exercise
+    pasted: int = 0
+
+    @property
+    def exercises(self) -> int:
+        return len(self.exercise_minutes)
+
+    def parts(self) -> dict[str, float]:
+        """Minutes spent on each kind of work."""
+        return {
+            "prose": self.words / WORDS_PER_MINUTE,
+            "code": self.code_lines / CODE_LINES_PER_MINUTE,
+            "running": self.code_cells * SECONDS_PER_CODE_CELL / 60,
+            "outputs": (
+                self.output_lines * SECONDS_PER_OUTPUT_LINE + self.pictures * SECONDS_PER_PICTURE
+            )
+            / 60,
+            "exercises": sum(self.exercise_minutes) + self.pasted * MINUTES_PER_PASTED_ANSWER,
+        }
 
     @property
     def minutes(self) -> float:
-        return (
-            self.words / WORDS_PER_MINUTE
-            + self.code_lines / CODE_LINES_PER_MINUTE
-            + self.code_cells * SECONDS_PER_CODE_CELL / 60
-            + self.exercises * MINUTES_PER_EXERCISE
-        )
+        return sum(self.parts().values())
 
     @property
     def rounded(self) -> int:
         return int(self.minutes + 0.5)
 
 
-def core_path(lesson) -> CorePath:
-    """Count a lesson notebook (as handed out, with stubs) up to "## Going further"."""
-    words = code_cells = code_lines = exercises = 0
-    for cell in lesson.cells:
+def _outputs(cell) -> tuple[int, int]:
+    lines = pictures = 0
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "stream":
+            lines += len(out.get("text", "").rstrip("\n").splitlines())
+        elif out.get("output_type") == "error":
+            lines += len(out.get("traceback", []))
+        elif "image/png" in out.get("data", {}) or "image/svg+xml" in out.get("data", {}):
+            pictures += 1
+        elif "text/plain" in out.get("data", {}):
+            lines += len(out["data"]["text/plain"].splitlines())
+    return min(lines, OUTPUT_LINES_READ), pictures
+
+
+def _answer_minutes(lines: int) -> float:
+    return max(1.0, lines * MINUTES_PER_ANSWER_LINE)
+
+
+def core_path(solution, exercises=()) -> CorePath:
+    """Count a *solution* notebook up to "## Going further".
+
+    The solution holds what the estimate needs: the answers (whose length is the work of
+    each exercise) and the outputs a learner reads. `exercises`: the lesson's Exercise
+    objects, in order, for those whose `minutes` is set.
+    """
+    words = cells = code = outputs = pictures = pasted = 0
+    answers: list[float] = []
+    for cell in solution.cells:
         if cell.cell_type == "markdown":
             head = GOING_FURTHER.split(cell.source)[0]
             words += len(_WORD.findall(head))
             if head != cell.source:
                 break
-        elif cell.cell_type == "code":
-            code_cells += 1
-            lines = [line.strip() for line in cell.source.splitlines()]
-            code_lines += sum(1 for line in lines if line and not line.startswith("#"))
-            exercises += len(_STUB.findall(cell.source))
-    return CorePath(words, code_cells, code_lines, exercises)
+            continue
+        if cell.cell_type != "code" or "solution-only" in cell.metadata.get("tags", []):
+            continue
+        cells += 1
+        shown, region, earlier = [], None, None
+        for line in cell.source.splitlines():
+            begin = _BEGIN.match(line)
+            if begin:
+                region, earlier = [], begin.group(1)
+            elif _END.match(line) and region is not None:
+                if earlier:
+                    pasted += 1
+                else:
+                    answers.append(_answer_minutes(_code_lines(region)))
+                region = None
+            elif region is not None:
+                region.append(line)
+            else:
+                shown.append(line)
+        code += _code_lines(shown)
+        lines, pics = _outputs(cell)
+        outputs, pictures = outputs + lines, pictures + pics
+    for i, ex in enumerate(list(exercises)[: len(answers)]):
+        if getattr(ex, "minutes", None) is not None:
+            answers[i] = float(ex.minutes)
+    return CorePath(words, cells, code, outputs, pictures, tuple(answers), pasted)
 
 
 def stated(lesson) -> tuple[int, int] | None:
     """(minutes, exercises) as the notebook's first cell states them, or None."""
     m = STATED.search(lesson.cells[0].source) if lesson.cells else None
     return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def lesson_core_path(lesson: str) -> CorePath:
+    """The core path of lesson "01", "02", ... counted on its solution notebook."""
+    from ..exercises import exercises_of, notebook_name
+    from ..nbformat_quick import nbformat as _nbformat
+    from .build import ROOT
+
+    nb = _nbformat().read(ROOT / "solutions" / notebook_name(lesson), as_version=4)
+    return core_path(nb, exercises_of(lesson))
+
+
+def main() -> None:
+    """Print each lesson's estimate and what it is made of."""
+    from ..exercises import LESSONS
+
+    for lesson in LESSONS:
+        path = lesson_core_path(lesson)
+        parts = ", ".join(f"{k} {v:.1f}" for k, v in path.parts().items())
+        answers = " + ".join(f"{m:.1f}" for m in path.exercise_minutes)
+        print(
+            f"{lesson}: {path.minutes:.1f} min (target {TARGET_MINUTES}) = {parts}; "
+            f"exercises {answers or '-'}" + (f", {path.pasted} pasted" if path.pasted else "")
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -107,7 +107,15 @@ class Exercise:
     """One exercise of a lesson: `check(answer)`, `hint()`, `solution()`."""
 
     def __init__(
-        self, id: str, name: str, checker, hints: list[str], solution, points: int = 1, hidden=None
+        self,
+        id: str,
+        name: str,
+        checker,
+        hints: list[str],
+        solution,
+        points: int = 1,
+        hidden=None,
+        minutes: float | None = None,
     ):
         self.id = id  # "1.2": lesson 1, exercise 2, as the stub's message says
         self.name = name  # what the learner defines in the notebook
@@ -116,6 +124,8 @@ class Exercise:
         self.hints = hints
         self._solution = solution
         self.points = points
+        # The time the work takes, where the pace rule (lines of the answer) misjudges it.
+        self.minutes = minutes
         self._next_hint = 0
 
     def evaluate(self, answer) -> Result:
