@@ -143,6 +143,10 @@ def main(argv: list[str] | None = None) -> int:
     box.add_argument(
         "--threads", type=int, default=1, metavar="N", help="CPU threads per process (1)"
     )
+    commands.add_parser(
+        "pace",
+        help="each lesson's core-path estimate, part by part (the figure atop each notebook)",
+    )
     merge = commands.add_parser(
         "merge",
         help="put the points of grades.csv into an LMS gradebook export, ready to import",
@@ -163,6 +167,11 @@ def main(argv: list[str] | None = None) -> int:
     merge.add_argument("-o", "--out", required=True, help="the file to import")
     args = parser.parse_args(argv)
 
+    if args.command == "pace":
+        from .authoring.pace import main as pace
+
+        pace()
+        return 0
     if args.command == "merge":
         from .grading.gradebook import MergeError
         from .grading.gradebook import merge as merge_grades

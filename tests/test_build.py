@@ -18,6 +18,37 @@ def test_a_region_becomes_the_stub_at_its_indentation():
     assert out == 'def f(x):\n    raise NotImplementedError("exercise 3.2")\n'
 
 
+def test_an_earlier_answer_pasted_in_keeps_its_own_number_and_is_not_counted():
+    src = (
+        "def setup():\n    # BEGIN SOLUTION (from exercise 2.2)\n    return 1\n    # END SOLUTION\n"
+        "def mine():\n    # BEGIN SOLUTION\n    return 2\n    # END SOLUTION\n"
+    )
+    out, n = strip_solutions(src, "4", 1, ("04_x.ipynb", 3))
+    assert n == 1
+    assert out == (
+        'def setup():\n    raise NotImplementedError("exercise 2.2")\n'
+        'def mine():\n    raise NotImplementedError("exercise 4.1")\n'
+    )
+
+
+def test_execute_only_runs_the_named_lessons(tmp_path, monkeypatch):
+    import nbclient
+
+    from ddp_helpers.authoring import build
+
+    for name in ("01_a.ipynb", "02_b.ipynb"):
+        nbformat.write(nbformat.v4.new_notebook(), tmp_path / name)
+    ran = []
+    monkeypatch.setattr(
+        nbclient,
+        "NotebookClient",
+        lambda nb, **kw: ran.append(kw) or type("C", (), {"execute": lambda s: None})(),
+    )
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        build.execute_solutions(tmp_path, only=["02"])
+    assert len(ran) == 1 and "executed solutions/02_b.ipynb" in out.getvalue()
+
+
 def test_an_unclosed_region_is_an_error_naming_the_place():
     with pytest.raises(BuildError, match=r"03_x.ipynb, cell 5: `# BEGIN SOLUTION` on line 2"):
         strip_solutions("def f():\n    # BEGIN SOLUTION\n    return 1\n", "3", 1, ("03_x.ipynb", 5))

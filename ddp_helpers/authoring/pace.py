@@ -1,6 +1,6 @@
 """How long a lesson's core path takes: the estimate at the top of every notebook (authors).
 
-`python -m ddp_helpers.authoring.pace` prints each lesson's estimate, item by item.
+`python -m ddp_helpers pace` prints each lesson's estimate, item by item.
 """
 
 from __future__ import annotations
