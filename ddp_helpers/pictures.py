@@ -72,3 +72,143 @@ def plot_epoch_orders(without, with_set_epoch):
     fig.suptitle("Which item each rank visits, step by step (colour = item index)")
     fig.tight_layout()
     plt.show()
+
+
+def draw_ddp_life_cycle():
+    """DDP's four moments on 2 ranks: wrap, forward, backward, step, and what each sends.
+
+    Lesson 03. The backward panel shows a model of three layers whose gradients fill two
+    buckets; each bucket's all_reduce starts once all its gradients are in.
+    """
+    import textwrap
+
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+
+    fig, ax = plt.subplots(figsize=(12, 4.6))
+    lanes = {0: 3.2, 1: 1.5}  # bottom of each rank's row
+    h = 0.75
+    middle = (lanes[1] + h + lanes[0]) / 2
+    comm = "#c2410c"  # what crosses between ranks
+
+    def box(x, y, w, text, fc, ec="#3d6000", height=h, size=8.5):
+        ax.add_patch(FancyBboxPatch((x, y), w, height, boxstyle="round,pad=0.02", fc=fc, ec=ec))
+        ax.text(x + w / 2, y + height / 2, text, ha="center", va="center", fontsize=size)
+
+    def down(x, style="-|>", ls="-"):
+        ax.add_patch(
+            FancyArrowPatch(
+                (x, lanes[0]),
+                (x, lanes[1] + h),
+                arrowstyle=style,
+                mutation_scale=12,
+                lw=1.6,
+                ls=ls,
+                color=comm,
+            )
+        )
+
+    def on_both_ranks(x, w, text):
+        for rank, y in lanes.items():
+            box(x, y, w, text, "#76b900" if rank == 0 else "#cfe8a5")
+
+    stages = [
+        (0.0, 2.3, "1  wrap: DDP(model)", "Every rank starts from rank 0's weights and buffers."),
+        (
+            2.5,
+            2.3,
+            "2  forward",
+            "Each rank runs its own batch. Dashed: rank 0's buffers (BatchNorm's statistics), "
+            "sent first unless the previous forward ran under no_grad or inside no_sync().",
+        ),
+        (
+            5.0,
+            4.5,
+            "3  backward",
+            "A hook copies each gradient, divided by the world size, into its bucket. Once "
+            "a bucket holds all its gradients, its all_reduce (a sum) starts while backward "
+            "computes the rest. First bucket 1 MiB, the others 25 MiB. Then every rank "
+            "holds the average gradient.",
+        ),
+        (
+            9.7,
+            2.3,
+            "4  optimizer.step()",
+            "Same gradients, same weights: the same step on every rank, so the copies stay "
+            "identical.",
+        ),
+    ]
+    for x, w, title, caption in stages:
+        ax.add_patch(
+            FancyBboxPatch((x, 0.05), w, 4.5, boxstyle="round,pad=0.02", fc="#eef3fb", ec="#4a6fa5")
+        )
+        ax.text(x + w / 2, 4.3, title, ha="center", fontsize=10, weight="bold")
+        wrapped = textwrap.fill(caption, width=int(w * 12.5))
+        ax.text(x + 0.1, 1.3, wrapped, va="top", fontsize=7.8)
+    for rank, y in lanes.items():
+        ax.text(-0.12, y + h / 2, f"rank {rank}", ha="right", va="center", fontsize=10)
+
+    # 1 wrap: rank 0's parameters and buffers go to every rank.
+    on_both_ranks(0.2, 1.9, "model")
+    down(1.15)
+    ax.text(1.25, middle, "broadcast\nparameters\n+ buffers", va="center", fontsize=8, color=comm)
+
+    # 2 forward: the buffers again, but only after a forward with gradients.
+    on_both_ranks(3.2, 1.45, "forward on\nown batch")
+    down(2.75, ls="--")
+    ax.text(
+        2.85,
+        middle,
+        "buffers, unless\nthe previous forward\nran under no_grad",
+        va="center",
+        fontsize=7.5,
+        color=comm,
+    )
+
+    # 3 backward: the last layer's gradient comes first; two buckets; each all_reduce
+    # starts when its bucket is full and overlaps the gradients still being computed.
+    w, gap, x0 = 0.95, 0.08, 5.2
+    fills = [("#fde2c4", comm), ("#dbe7f6", "#4a6fa5"), ("#dbe7f6", "#4a6fa5")]
+    for y in lanes.values():
+        for i, (fc, ec) in enumerate(fills):
+            box(x0 + i * (w + gap), y, w, f"gradient\nof layer {3 - i}", fc, ec=ec, size=8)
+    end3 = x0 + 3 * w + 2 * gap
+    for left, right, label, color in (
+        (x0, x0 + w, "bucket 0", comm),
+        (x0 + w + gap, end3, "bucket 1", "#4a6fa5"),
+    ):
+        top = lanes[0] + h + 0.08
+        ax.plot([left, left, right, right], [top, top + 0.06, top + 0.06, top], color=color, lw=1)
+        ax.text((left + right) / 2, top + 0.1, label, ha="center", fontsize=8, color=color)
+    for start, end, label, y in (
+        (x0 + w, x0 + 2.6 * w, "all_reduce bucket 0", middle + 0.2),
+        (end3, 9.35, "all_reduce\nbucket 1", middle - 0.2),
+    ):
+        box(
+            start + 0.08,
+            y - 0.2,
+            end - start - 0.1,
+            label,
+            "#fff7ed",
+            ec=comm,
+            height=0.4,
+            size=7.5,
+        )
+        down(start + 0.04, style="<|-|>")
+    ax.annotate(
+        "",
+        xy=(9.35, lanes[1] - 0.12),
+        xytext=(x0, lanes[1] - 0.12),
+        arrowprops=dict(arrowstyle="->", color="#555555"),
+    )
+    ax.text(9.3, lanes[1] - 0.2, "time", ha="right", va="top", fontsize=7.5, color="#555555")
+
+    # 4 step: local, nothing crosses.
+    on_both_ranks(9.95, 1.8, "step with the\naveraged gradients")
+    ax.text(10.85, middle, "no communication", ha="center", va="center", fontsize=8)
+
+    ax.set_xlim(-0.9, 12.1)
+    ax.set_ylim(0, 4.65)
+    ax.axis("off")
+    fig.tight_layout()
+    return fig

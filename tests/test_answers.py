@@ -17,6 +17,7 @@ import textwrap
 import cloudpickle
 import nbformat
 import pytest
+from test_capstone import SWEEP_4_2
 
 from conftest import ROOT
 from ddp_helpers.exercises import LESSONS, exercises_of, notebook_name
@@ -156,6 +157,148 @@ def backend_from_a_table():
     return {True: "nccl", False: "gloo"}[gpus >= int(os.environ["LOCAL_WORLD_SIZE"])]
 
 
+def setup_gpu_from_the_global_rank():
+    import torch
+    import torch.distributed as dist
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus < int(os.environ["LOCAL_WORLD_SIZE"]):
+        dist.init_process_group("gloo")
+        return torch.device("cpu")
+    device = torch.device("cuda", int(os.environ["RANK"]))
+    torch.cuda.set_device(device)
+    dist.init_process_group("nccl", device_id=device)
+    return device
+
+
+def setup_nccl_without_device_id():
+    import torch
+    import torch.distributed as dist
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus < int(os.environ["LOCAL_WORLD_SIZE"]):
+        dist.init_process_group("gloo")
+        return torch.device("cpu")
+    local_rank = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local_rank)
+    dist.init_process_group("nccl")  # the tutorials' line
+    return torch.device("cuda", local_rank)
+
+
+def setup_never_pinned():
+    import torch
+    import torch.distributed as dist
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus < int(os.environ["LOCAL_WORLD_SIZE"]):
+        dist.init_process_group("gloo")
+        return torch.device("cpu")
+    device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group("nccl", device_id=device)  # binds the group, not the process
+    return device
+
+
+def setup_always_gloo():
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    return torch.device("cpu")
+
+
+def setup_returning_nothing():
+    import torch
+    import torch.distributed as dist
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus < int(os.environ["LOCAL_WORLD_SIZE"]):
+        dist.init_process_group("gloo")
+        return
+    device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+    torch.cuda.set_device(device)
+    dist.init_process_group("nccl", device_id=device)
+
+
+def setup_telling_the_local_rank_as_rank():
+    import torch
+    import torch.distributed as dist
+
+    local_rank, ranks_here = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus < ranks_here:
+        dist.init_process_group("gloo", rank=local_rank, world_size=ranks_here)
+        return torch.device("cpu")
+    torch.cuda.set_device(local_rank)
+    device = torch.device("cuda", local_rank)
+    dist.init_process_group("nccl", rank=local_rank, world_size=ranks_here, device_id=device)
+    return device
+
+
+def setup_with_numbers_and_keywords():
+    import torch
+    import torch.distributed as dist
+
+    local_rank = int(os.environ["LOCAL_RANK"])
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus >= int(os.environ["LOCAL_WORLD_SIZE"]):
+        torch.cuda.set_device(local_rank)
+        dist.init_process_group(backend="nccl", device_id=local_rank)
+        return torch.device(f"cuda:{local_rank}")
+    dist.init_process_group(backend="gloo")
+    return torch.device("cpu")
+
+
+def setup_letting_torch_name_the_backend():
+    import torch
+    from torch.distributed import barrier, get_rank, get_world_size, init_process_group
+
+    ranks_here = int(os.environ["LOCAL_WORLD_SIZE"])
+    nccl = torch.cuda.is_available() and torch.cuda.device_count() >= ranks_here
+    if nccl:
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(device)
+        init_process_group(device_id=device)  # no backend: torch takes CUDA's, nccl
+    else:
+        device = torch.device("cpu")
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        init_process_group("gloo", rank=rank, world_size=world)
+    if not 0 <= get_rank() < get_world_size():
+        raise RuntimeError("not in the group")
+    barrier()
+    return device
+
+
+def cleanup_forgotten():
+    pass
+
+
+def cleanup_on_rank_zero_only():
+    import torch.distributed as dist
+
+    if dist.get_rank() == 0:
+        dist.destroy_process_group()
+
+
+def cleanup_with_a_barrier_instead():
+    import torch.distributed as dist
+
+    dist.barrier()  # everybody is done ... but nobody leaves
+
+
+def cleanup_after_a_barrier():
+    import torch.distributed as dist
+
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def cleanup_only_if_initialised():
+    from torch.distributed import destroy_process_group, is_initialized
+
+    if is_initialized():
+        destroy_process_group()
+
+
 def gradients_summed(model):
     import torch.distributed as dist
 
@@ -285,30 +428,139 @@ def in_sync_by_max_and_min(model):
     return equal  # max == min everywhere, on every rank: the same on all
 
 
-def batch_kept_whole(x, y, rank, world_size):
-    return x, y
+def wrap_returning_the_bare_model(model, device):
+    return model.to(device)
 
 
-def batch_first_half_everywhere(x, y, rank, world_size):
-    return x[:4], y[:4]
+def wrap_with_device_ids_on_the_cpu(model, device):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    return DDP(model.to(device), device_ids=[device.index])
 
 
-def batch_targets_shifted(x, y, rank, world_size):
-    return x[rank::world_size], y[(rank + 1) % world_size :: world_size]
+def wrap_without_moving_the_model(model, device):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    return DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
 
 
-def batch_in_blocks(x, y, rank, world_size):
-    return x.chunk(world_size)[rank], y.chunk(world_size)[rank]
+def wrap_with_the_global_rank(model, device):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    ids = [int(os.environ["RANK"])] if device.type == "cuda" else None
+    return DDP(model.to(device), device_ids=ids)
 
 
-def batch_by_index(x, y, rank, world_size):
+def wrap_without_device_ids(model, device):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    return DDP(model.to(device))
+
+
+def wrap_without_broadcasting_buffers(model, device):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    ids = [device.index] if device.type == "cuda" else None
+    return DDP(model.to(device), device_ids=ids, broadcast_buffers=False)  # a forum "fix"
+
+
+def wrap_by_branching(model, device):
+    import torch.nn.parallel as parallel
+
+    if device.type == "cuda":
+        model = model.cuda(device.index)
+        return parallel.DistributedDataParallel(
+            model, device_ids=[device.index], output_device=device.index
+        )
+    return parallel.DistributedDataParallel(model.to(device))
+
+
+def wrap_asking_torch_for_cuda(model, device):
     import torch
+    from torch.nn.parallel import DistributedDataParallel
 
-    rows = torch.arange(rank, len(x), world_size)
-    return x.index_select(0, rows), y.index_select(0, rows)
+    model.to(device)  # a module moves in place
+    options = {"device_ids": [device]} if torch.cuda.is_available() else {}
+    return DistributedDataParallel(model, **options)
 
 
 # ---------------------------------------------------------------- lesson 04
+
+
+def loader_with_the_global_batch(dataset, global_batch):
+    from torch.utils.data import DataLoader
+    from torch.utils.data.distributed import DistributedSampler
+
+    return DataLoader(dataset, batch_size=global_batch, sampler=DistributedSampler(dataset))
+
+
+def loader_shuffled_without_a_sampler(dataset, global_batch):
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader
+
+    return DataLoader(dataset, batch_size=global_batch // dist.get_world_size(), shuffle=True)
+
+
+def loader_dealt_per_machine(dataset, global_batch):
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader
+    from torch.utils.data.distributed import DistributedSampler
+
+    sampler = DistributedSampler(
+        dataset,
+        num_replicas=int(os.environ["LOCAL_WORLD_SIZE"]),
+        rank=int(os.environ["LOCAL_RANK"]),
+    )
+    return DataLoader(dataset, batch_size=global_batch // dist.get_world_size(), sampler=sampler)
+
+
+def loader_in_data_order(dataset, global_batch):
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader
+    from torch.utils.data.distributed import DistributedSampler
+
+    sampler = DistributedSampler(dataset, shuffle=False)
+    return DataLoader(dataset, batch_size=global_batch // dist.get_world_size(), sampler=sampler)
+
+
+def loader_with_a_seed_of_its_own(dataset, global_batch):
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader
+    from torch.utils.data.distributed import DistributedSampler
+
+    sampler = DistributedSampler(dataset, seed=42)  # disjoint shares, but not the default order
+    return DataLoader(dataset, batch_size=global_batch // dist.get_world_size(), sampler=sampler)
+
+
+def loader_shuffled_twice(dataset, global_batch):
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader
+    from torch.utils.data.distributed import DistributedSampler
+
+    per_rank = global_batch // dist.get_world_size()
+    return DataLoader(dataset, per_rank, shuffle=True, sampler=DistributedSampler(dataset))
+
+
+def loader_with_explicit_ranks(dataset, global_batch):
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader
+    from torch.utils.data.distributed import DistributedSampler
+
+    world = dist.get_world_size()
+    sampler = DistributedSampler(dataset, num_replicas=world, rank=dist.get_rank(), seed=0)
+    return DataLoader(dataset, sampler=sampler, batch_size=global_batch // world)
+
+
+def loader_with_imported_names(dataset, global_batch):
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    world = int(os.environ["WORLD_SIZE"])
+    return DataLoader(
+        dataset,
+        batch_size=global_batch // world,
+        sampler=DistributedSampler(dataset, shuffle=True, drop_last=True),
+        drop_last=True,
+    )
 
 
 def _count(model, pairs, device):
@@ -398,6 +650,50 @@ def evaluate_with_drop_last(model, dataset, batch_size=128):
     return int(counts[0]), int(counts[1])
 
 
+def evaluate_on_rank_zero_only(model, dataset, batch_size=128):
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader
+
+    counts = torch.zeros(2, dtype=torch.long)
+    if dist.get_rank() == 0:  # "only rank 0 needs the number"
+        model.eval()
+        with torch.no_grad():
+            counts = _count(model, DataLoader(dataset, batch_size), "cpu")
+        model.train()
+    dist.broadcast(counts, src=0)
+    return int(counts[0]), int(counts[1])
+
+
+def evaluate_on_rank_zero_with_the_module(model, dataset, batch_size=128):
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader
+
+    counts = torch.zeros(2, dtype=torch.long)
+    if dist.get_rank() == 0:
+        model.eval()
+        with torch.no_grad():
+            counts = _count(model.module, DataLoader(dataset, batch_size), "cpu")
+        model.train()
+    dist.broadcast(counts, src=0)
+    return int(counts[0]), int(counts[1])
+
+
+def evaluate_with_the_module_everywhere(model, dataset, batch_size=128):
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader, Subset
+
+    part = Subset(dataset, range(dist.get_rank(), len(dataset), dist.get_world_size()))
+    model.eval()
+    with torch.no_grad():
+        counts = _count(model.module, DataLoader(part, batch_size), "cpu")
+    model.train()
+    dist.all_reduce(counts)
+    return int(counts[0]), int(counts[1])
+
+
 def evaluate_in_contiguous_blocks(model, dataset, batch_size=64):
     import torch
     import torch.distributed as dist
@@ -412,7 +708,7 @@ def evaluate_in_contiguous_blocks(model, dataset, batch_size=64):
     total = torch.zeros((), dtype=torch.long)
     with torch.no_grad():
         for x, y in DataLoader(block, batch_size=batch_size):
-            correct += (model.module(x).argmax(-1) == y).sum()
+            correct += (model(x).argmax(-1) == y).sum()  # DDP: rank 0's statistics
             total += y.numel()
     model.train(was_training)
     dist.all_reduce(correct)
@@ -435,59 +731,6 @@ def evaluate_by_gathering_and_deduplicating(model, dataset, batch_size=128):
     dist.all_gather_object(everyone, dict(zip(indices, right, strict=True)))
     merged = {k: v for part in everyone for k, v in part.items()}
     return sum(merged.values()), len(merged)
-
-
-def _one_epoch(model, loader, optimizer):
-    import torch
-
-    for x, y in loader:
-        optimizer.zero_grad()
-        torch.nn.functional.mse_loss(model(x), y).backward()
-        optimizer.step()
-
-
-def epochs_without_set_epoch(model, loader, sampler, optimizer, epochs):
-    for _ in range(epochs):
-        _one_epoch(model, loader, optimizer)
-
-
-def epochs_with_a_constant(model, loader, sampler, optimizer, epochs):
-    for _ in range(epochs):
-        sampler.set_epoch(0)
-        _one_epoch(model, loader, optimizer)
-
-
-def epochs_set_after_the_pass(model, loader, sampler, optimizer, epochs):
-    for epoch in range(epochs):
-        _one_epoch(model, loader, optimizer)
-        sampler.set_epoch(epoch)
-
-
-def epochs_offset_by_rank(model, loader, sampler, optimizer, epochs):
-    import torch.distributed as dist
-
-    for epoch in range(epochs):
-        sampler.set_epoch(epoch + dist.get_rank())
-        _one_epoch(model, loader, optimizer)
-
-
-def epochs_in_a_while_loop(model, loader, sampler, optimizer, epochs):
-    epoch = 0
-    while epoch < epochs:
-        sampler.set_epoch(epoch)
-        for _, (x, y) in enumerate(loader):
-            optimizer.zero_grad(set_to_none=True)
-            loss = ((model(x) - y) ** 2).mean()
-            loss.backward()
-            optimizer.step()
-        epoch += 1
-
-
-def epochs_set_twice(model, loader, sampler, optimizer, epochs):
-    for epoch in range(epochs):
-        sampler.set_epoch(epoch)
-        sampler.set_epoch(epoch)  # harmless: the same epoch again
-        _one_epoch(model, loader, optimizer)
 
 
 def _checkpoint(model, optimizer, epoch, prefixed=False):
@@ -526,6 +769,16 @@ def save_on_the_last_rank(model, optimizer, epoch, path):
 
     if dist.get_rank() == dist.get_world_size() - 1:
         torch.save(_checkpoint(model, optimizer, epoch), path)
+    dist.barrier()
+
+
+def save_where_local_rank_is_zero(model, optimizer, epoch, path):
+    import torch
+    import torch.distributed as dist
+
+    if int(os.environ["LOCAL_RANK"]) == 0:  # one writer per machine
+        state = {"model": model.module.state_dict(), "optimizer": optimizer.state_dict()}
+        torch.save({**state, "epoch": epoch}, path)
     dist.barrier()
 
 
@@ -660,6 +913,31 @@ SWEEP = {
     ),
     "2.2": (
         [
+            (
+                setup_gpu_from_the_global_rank,
+                "RANK=3, LOCAL_RANK=1, setup() pinned the process to cuda:3: that number is RANK",
+            ),
+            (setup_nccl_without_device_id, "under nccl got no device_id="),
+            (setup_never_pinned, "never called torch.cuda.set_device"),
+            (setup_always_gloo, "started the group with 'gloo', but 2.1's rule picks 'nccl'"),
+            (setup_returning_nothing, "setup() returned None"),
+            (
+                setup_telling_the_local_rank_as_rank,
+                "was given rank=1, but this process's RANK is 3",
+            ),
+        ],
+        [setup_with_numbers_and_keywords, setup_letting_torch_name_the_backend],
+    ),
+    "2.3": (
+        [
+            (cleanup_forgotten, "still True on every rank"),
+            (cleanup_on_rank_zero_only, "still initialised on rank 1"),
+            (cleanup_with_a_barrier_instead, "still True on every rank"),
+        ],
+        [cleanup_after_a_barrier, cleanup_only_if_initialised],
+    ),
+    "2.4": (
+        [
             (gradients_summed, "2.00 times DDP's"),
             (gradients_left_alone, "did not change"),
             (gradients_averaged_on_rank_zero_only, "did not make the same collective calls"),
@@ -669,6 +947,17 @@ SWEEP = {
     ),
     "3.1": (
         [
+            (wrap_returning_the_bare_model, "not a DistributedDataParallel"),
+            (wrap_with_device_ids_on_the_cpu, "On the CPU, DDP refused the device_ids"),
+            (wrap_without_moving_the_model, "was still on the CPU when DDP wrapped it"),
+            (wrap_with_the_global_rank, "device_ids counts GPUs on this machine"),
+            (wrap_without_device_ids, "was wrapped without device_ids"),
+            (wrap_without_broadcasting_buffers, "buffers (BatchNorm's running statistics)"),
+        ],
+        [wrap_by_branching, wrap_asking_torch_for_cuda],
+    ),
+    "3.2": (
+        [
             (in_sync_looking_only_locally, "returned True on rank 0 every time"),
             (in_sync_first_parameter_only, "changed a bias in the middle"),
             (in_sync_parameters_only, "changed a buffer (BatchNorm's running mean)"),
@@ -677,46 +966,44 @@ SWEEP = {
         ],
         [in_sync_by_gathering_state_dicts, in_sync_by_max_and_min],
     ),
-    "3.2": (
-        [
-            (batch_kept_whole, "trained on all 8 rows"),
-            (batch_first_half_everywhere, "went to more than one rank"),
-            (batch_targets_shifted, "not sliced the same way"),
-        ],
-        [batch_in_blocks, batch_by_index],
-    ),
     "4.1": (
         [
-            (evaluate_with_the_padding, "counted 514 examples for a data set of 513"),
+            (loader_with_the_global_batch, "took 16 rows a step: the global batch became 32"),
+            (loader_shuffled_without_a_sampler, "Every rank went through all 64 items"),
+            (loader_dealt_per_machine, "ranks 0 and 2 (local rank 0 on machines 0 and 1)"),
+            (loader_in_data_order, "nothing shuffled them"),
+            (loader_with_a_seed_of_its_own, "its default seed (0)"),
+        ],
+        [loader_with_explicit_ranks, loader_with_imported_names],
+    ),
+    "4.2": SWEEP_4_2,  # the capstone's answers, in tests/test_capstone.py
+    "4.4": (
+        [
+            (evaluate_with_the_padding, "counted 518 examples for a data set of 517"),
             (evaluate_without_reducing, "each one counted only its own share"),
             (evaluate_in_training_mode, "in training mode while it evaluated"),
             (evaluate_leaving_eval_mode_on, "left in eval mode"),
-            (evaluate_everything_everywhere, "Every rank evaluated all 513 items"),
+            (evaluate_everything_everywhere, "Every rank evaluated all 517 items"),
             (evaluate_with_drop_last, "were never evaluated (drop_last?)"),
+            (evaluate_on_rank_zero_only, "did not make the same collective calls"),
+            (evaluate_on_rank_zero_with_the_module, "and rank(s) 1 none: the work was not split"),
+            (evaluate_with_the_module_everywhere, "scored with different BatchNorm statistics"),
         ],
         [evaluate_in_contiguous_blocks, evaluate_by_gathering_and_deduplicating],
     ),
-    "4.2": (
+    "4.5": (
         [
-            (epochs_without_set_epoch, "Every epoch went through the data in the same order"),
-            (epochs_with_a_constant, "Every epoch went through the data in the same order"),
-            (epochs_set_after_the_pass, "Epoch 1 went through the data in epoch 0's order"),
-            (epochs_offset_by_rank, "the ranks' shares overlap"),
-        ],
-        [epochs_in_a_while_loop, epochs_set_twice],
-    ),
-    "4.3": (
-        [
-            (save_on_every_rank, "Both ranks wrote a checkpoint"),
+            (save_on_every_rank, "Ranks 0 and 1 each wrote a checkpoint"),
             (save_with_the_prefix, "start with `module.`"),
             (save_without_a_barrier, "Rank 1 went on before rank 0 had written the file"),
             (save_on_the_last_rank, "Only rank 1 wrote a checkpoint"),
             (save_weights_only, "Save a dict with 'model', 'optimizer' and 'epoch'"),
             (save_after_the_barrier, "Rank 1 went on before rank 0 had written the file"),
+            (save_where_local_rank_is_zero, "written on every machine: ranks 0 and 2"),
         ],
         [save_with_imported_names, save_through_a_file_object],
     ),
-    "4.4": (
+    "4.6": (
         [
             (load_without_map_location, "saved from a GPU this rank does not have"),
             (load_returning_the_saved_epoch, "so resume at 5"),
@@ -759,6 +1046,13 @@ def test_a_right_answer_written_differently_passes(exercise_id, answer):
     assert result.status == "correct", str(result)
 
 
+def test_shuffle_together_with_a_sampler_shows_torchs_own_error():
+    # DataLoader itself refuses it, on every rank: the check shows that error as the answer's.
+    result = BY_ID["4.1"].grade(loader_shuffled_twice)
+    assert result.status == "error", str(result)
+    assert "sampler option is mutually exclusive with shuffle" in result.message
+
+
 # ---------------------------------------------------------------- predictions and the quiz
 
 
@@ -790,7 +1084,7 @@ def test_right_predictions_in_other_shapes_pass():
 
 
 def test_a_wrong_quiz_answer_explains_the_concept_and_never_names_the_letter():
-    quiz = BY_ID["4.5"]
+    quiz = BY_ID["4.3"]
     from ddp_helpers.exercises.lesson04 import QUIZ
 
     for question, right in QUIZ.items():
@@ -829,11 +1123,11 @@ def test_a_stub_of_another_exercise_says_which_one_is_missing():
 
 
 def test_a_stub_raised_inside_a_rank_is_not_attempted():
-    assert BY_ID["2.2"].evaluate(stub_on_every_rank).status == "not_attempted"
+    assert BY_ID["2.4"].evaluate(stub_on_every_rank).status == "not_attempted"
 
 
 def stub_on_every_rank(model):
-    raise NotImplementedError("exercise 2.2")
+    raise NotImplementedError("exercise 2.4")
 
 
 def test_an_error_class_that_only_shares_the_launchers_name_is_the_answers_error():

@@ -66,6 +66,6 @@ def test_a_hang_in_a_check_is_reported_as_wrong_with_the_collective_hint(monkeyp
         "ddp_helpers.exercises.lesson02.run_on_ranks",
         lambda *a, **k: real(*a, **{**k, "timeout": 2}),
     )
-    result = lesson02.q2.evaluate(rank_zero_waits_forever)
+    result = lesson02.q4.evaluate(rank_zero_waits_forever)
     assert result.status == "wrong", str(result)
     assert "did not" in result.message and "`if rank == 0:`" in result.hint

@@ -1,11 +1,10 @@
-"""`python -m ddp_helpers export`: lesson 04 as a torchrun script that trains and resumes."""
+"""`python -m ddp_helpers export`: lesson 04's capstone as a torchrun script."""
 
 from __future__ import annotations
 
 import contextlib
 import io
 import os
-import re
 import runpy
 import subprocess
 import sys
@@ -14,10 +13,29 @@ import pytest
 import torch
 
 from conftest import ROOT
-from ddp_helpers import launch
+from ddp_helpers.exercises import capstone
 
 SOLUTION = ROOT / "solutions" / "04_sampler_and_checkpoint.ipynb"
 LESSON = ROOT / "lessons" / "04_sampler_and_checkpoint.ipynb"
+
+# Started before the script in every process of the run (PYTHONPATH), it logs each
+# torch.save with the global rank that called it: who wrote the checkpoint, how often.
+SAVE_SPY = """\
+import os
+
+import torch
+
+_real_save = torch.save
+
+
+def _logged_save(obj, f, *args, **kwargs):
+    with open(os.environ["SAVES_LOG"], "a") as log:
+        log.write(f"{os.environ.get('RANK')} {f}\\n")
+    return _real_save(obj, f, *args, **kwargs)
+
+
+torch.save = _logged_save
+"""
 
 
 def export(notebook, out):
@@ -30,7 +48,8 @@ def export(notebook, out):
     return subprocess.CompletedProcess([], code, stdout.getvalue(), stderr.getvalue())
 
 
-def torchrun(script, *args):
+def torchrun(script, *args, env=None):
+    """The script under `torchrun --standalone --nproc-per-node 2`, on loopback."""
     out = subprocess.run(
         [
             sys.executable,
@@ -46,52 +65,46 @@ def torchrun(script, *args):
         capture_output=True,
         text=True,
         timeout=300,
-        env=dict(os.environ, OMP_NUM_THREADS="1"),
+        env=dict(os.environ, OMP_NUM_THREADS="1", **(env or {})),
     )
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout
 
 
-def losses(stdout):
-    return {int(e): float(v) for e, v in re.findall(r"epoch (\d+): training loss ([\d.]+)", stdout)}
-
-
-def main_of_the_script(script, *argv):
-    """In a rank: the exported script's main(), with this command line."""
-    code = runpy.run_path(str(script), run_name="exported")
-    sys.argv[:] = [str(script), *argv]
-    code["main"]()
-
-
-def test_the_exported_script_trains_checkpoints_resumes_and_matches_the_notebook(tmp_path, capfd):
+def test_the_exported_capstone_runs_under_torchrun_saves_once_and_equals_one_process(tmp_path):
     script = tmp_path / "train.py"
     result = export(SOLUTION, script)
     assert result.returncode == 0, result.stderr
     assert "torchrun --standalone --nproc-per-node 2" in result.stdout
+    spy = tmp_path / "spy"
+    spy.mkdir()
+    (spy / "sitecustomize.py").write_text(SAVE_SPY)
+    log = tmp_path / "saves.log"
+    env = {"PYTHONPATH": str(spy), "SAVES_LOG": str(log)}
 
-    first = torchrun(script, "--epochs", "2")  # under torchrun itself, as on a cluster
-    assert sorted(losses(first)) == [0, 1]
-    assert losses(first)[1] < losses(first)[0]  # it learns
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt", "train.py"]
-    assert torch.load(tmp_path / "checkpoint.pt", map_location="cpu")["epoch"] == 1
+    torchrun(script, "--epochs", "2", "--checkpoint", "ckpt.pt", env=env)
 
-    # Started again with the checkpoint there, its main() resumes (the launcher gives the
-    # ranks torchrun's environment: a second torchrun would prove nothing more).
-    os.chdir(tmp_path)
-    try:
-        launch(main_of_the_script, script, "--epochs", "4", nprocs=2, timeout=120, ordered=True)
-    finally:
-        os.chdir(ROOT)
-    resumed = torch.load(tmp_path / "checkpoint.pt", map_location="cpu")
-    assert resumed["epoch"] == 3
-    second = capfd.readouterr().out
-    assert "[rank 0] resuming from epoch 2" in second and "epoch 3: training loss" in second
-
-    # The notebook's own run of the same code, 4 epochs without stopping.
-    code = runpy.run_path(str(script), run_name="exported")
-    _, straight = launch(code["run"], 4, str(tmp_path / "straight.pt"), nprocs=2, timeout=120).rank0
-    diff = max((resumed["model"][k] - straight[k]).abs().max().item() for k in straight)
+    # Rank 0 alone wrote, once after each epoch, to the path given on the command line.
+    assert log.read_text().splitlines() == ["0 ckpt.pt", "0 ckpt.pt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt", "saves.log", "spy", "train.py"]
+    saved = torch.load(tmp_path / "ckpt.pt", map_location="cpu", weights_only=True)
+    reference = capstone.one_process_weights(2)  # one process, the same global batches
+    assert saved.keys() == reference.keys()  # the plain model's keys: no `module.`
+    diff = max((saved[k] - reference[k]).abs().max().item() for k in reference)
     assert diff < 1e-6, diff
+
+
+def test_the_script_is_the_learners_code_without_the_course(tmp_path):
+    script = tmp_path / "train.py"
+    assert export(SOLUTION, script).returncode == 0
+    text = script.read_text()
+    lines = text.splitlines()
+    assert not [line for line in lines if "import" in line and "ddp_helpers" in line]
+    assert "SOLUTION" not in text and "%load_ext" not in text
+    code = runpy.run_path(str(script), run_name="exported")
+    for name in ("setup", "cleanup", "wrap", "make_loader", "train_ddp", "main"):
+        assert callable(code[name]), name
+    assert "train_one_process" not in code  # the one-process script stays in the notebook
 
 
 @pytest.mark.parametrize(
@@ -109,11 +122,16 @@ def test_the_script_picks_nccl_by_the_gpus_of_its_own_machine(
     monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
     monkeypatch.setattr(torch.cuda, "set_device", lambda index: None)
-    monkeypatch.setattr(torch.distributed, "init_process_group", chosen.append)
+    monkeypatch.setattr(
+        torch.distributed,
+        "init_process_group",
+        lambda backend, **kwargs: chosen.append((backend, str(kwargs.get("device_id")))),
+    )
     env = {"RANK": "9", "LOCAL_RANK": "1", "WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": local_world}
     monkeypatch.setattr(os, "environ", dict(os.environ, **env))
     device = code["setup"]()
-    assert chosen == [backend]
+    # nccl with device_id= this rank's GPU (without it, barrier() warns); gloo without one.
+    assert chosen == [("nccl", "cuda:1") if backend == "nccl" else ("gloo", "None")]
     assert str(device) == ("cuda:1" if backend == "nccl" else "cpu")
 
 
@@ -139,11 +157,32 @@ def test_imports_are_grouped_standard_library_first():
     assert block == "import os, sys\nfrom pathlib import Path\n\nimport torch"
 
 
-def test_exporting_an_unfinished_lesson_names_the_missing_exercise(tmp_path):
+def test_exporting_an_unfinished_lesson_names_the_missing_exercises(tmp_path):
     result = export(LESSON, tmp_path / "train.py")
     assert result.returncode == 2
-    assert "exercise 4.1 is not done yet" in result.stderr
+    named = "exercises 4.1 and 4.2, exercises 2.1, 2.2 and 2.3 from lesson 02 and exercise 3.1"
+    assert f"needs {named} from lesson 03" in result.stderr, result.stderr
+    assert "paste your answers from the earlier lessons" in result.stderr
     assert not (tmp_path / "train.py").exists()
+
+
+def test_a_lesson_whose_own_exercises_are_done_asks_only_for_the_pasted_ones(tmp_path):
+    import nbformat
+
+    nb = nbformat.read(LESSON, as_version=4)
+    solved = nbformat.read(SOLUTION, as_version=4)
+    answers = {c.source.split("(")[0]: c.source for c in solved.cells if c.cell_type == "code"}
+    for cell in nb.cells:
+        head = cell.source.split("(")[0]
+        if cell.cell_type == "code" and head in ("def make_loader", "def train_ddp"):
+            cell.source = answers[head]
+    notebook = tmp_path / "04_sampler_and_checkpoint.ipynb"
+    nbformat.write(nb, notebook)
+    result = export(notebook, tmp_path / "train.py")
+    assert result.returncode == 2
+    named = "exercises 2.1, 2.2 and 2.3 from lesson 02 and exercise 3.1 from lesson 03"
+    assert f"needs {named}," in result.stderr, result.stderr
+    assert "Paste your answers from the earlier lessons" in result.stderr
 
 
 def test_a_notebook_without_export_tags_gets_a_clear_error(tmp_path):

@@ -51,7 +51,7 @@ def test_it_counts_prose_code_outputs_pictures_and_each_exercises_work():
     parts = path.parts()
     assert parts["prose"] == pytest.approx(152 / 150)
     assert parts["outputs"] == pytest.approx((20 * 3 + 30) / 60)
-    assert parts["exercises"] == pytest.approx(12.0)
+    assert parts["exercises"] == pytest.approx(11.5)
     assert path.minutes == pytest.approx(sum(parts.values()))
 
 

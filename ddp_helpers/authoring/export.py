@@ -1,11 +1,19 @@
-"""A lesson's training code as a torchrun script: `python -m ddp_helpers export` (lesson 04)."""
+"""A lesson's training code as a torchrun script: `python -m ddp_helpers export` (lesson 04).
+
+The cells tagged `export` make the script, in the notebook's order: their imports first
+(the course's own `ddp_helpers` left out: a script on a cluster does not need it), then
+the rest, then `main()` called. Authoring marks (`# BEGIN SOLUTION`) are left out too.
+"""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 EXPORT_TAG = "export"
+COURSE_PACKAGE = "ddp_helpers"
+_MARK = re.compile(r"^\s*# (BEGIN SOLUTION( \(from exercise \d+\.\d+\))?|END SOLUTION)\s*$")
 
 MESSAGES = {
     "no_cells": (
@@ -13,8 +21,18 @@ MESSAGES = {
         "make up the script (JupyterLab: the gear icon, Common Tools, Cell Tags)."
     ),
     "not_done": (
-        "{nb}: exercise {exercise} is not done yet (its cell still says `raise "
-        "NotImplementedError`), and the script needs it. Finish it, then export again."
+        "{nb}: the script needs {missing}, still `raise NotImplementedError(...)` in this "
+        "notebook. {what}, then export again."
+    ),
+    "exercise": "exercise {ids}",
+    "exercises": "exercises {ids}",
+    "pasted": "{which} from lesson {lesson}",
+    "finish": "Finish it",
+    "finish_all": "Finish them",
+    "paste": "Paste your answers from the earlier lessons into this notebook's cell for them",
+    "finish_and_paste": (
+        "Finish this lesson's, paste your answers from the earlier lessons into this "
+        "notebook's cell for them"
     ),
     "syntax": "{nb}: an exported cell does not compile: {error}",
     "no_main": "{nb}: the exported cells define no `main()` for the script to run.",
@@ -51,28 +69,31 @@ def export_script(notebook: Path, name: str = "train.py") -> tuple[str, int]:
     ]
     if not cells:
         raise ExportError(MESSAGES["no_cells"].format(nb=notebook))
-    imports, bodies = [], []
+    imports, bodies, stubs = [], [], []
     for cell in cells:
-        source = "\n".join(line for line in cell.source.splitlines() if not _is_magic(line))
+        source = "\n".join(
+            line
+            for line in cell.source.splitlines()
+            if not _is_magic(line) and not _MARK.match(line)
+        )
         try:
             tree = ast.parse(source)
         except SyntaxError as exc:
             raise ExportError(MESSAGES["syntax"].format(nb=notebook, error=exc)) from None
-        for node in ast.walk(tree):
-            stub = _stub_exercise(node)
-            if stub:
-                raise ExportError(MESSAGES["not_done"].format(nb=notebook, exercise=stub))
+        stubs += [s for s in map(_stub_exercise, ast.walk(tree)) if s and s not in stubs]
         lines = source.splitlines()
         taken = set()
         for node in tree.body:
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 text = "\n".join(lines[node.lineno - 1 : node.end_lineno])
-                if text not in imports:
+                if text not in imports and not _from_the_course(node):
                     imports.append(text)
                 taken.update(range(node.lineno - 1, node.end_lineno))
         body = "\n".join(line for i, line in enumerate(lines) if i not in taken).strip()
         if body:
             bodies.append(body)
+    if stubs:
+        raise ExportError(_not_done(notebook, stubs))
     if not any(
         isinstance(n, ast.FunctionDef) and n.name == "main"
         for body in bodies
@@ -89,6 +110,41 @@ def export_script(notebook: Path, name: str = "train.py") -> tuple[str, int]:
     )
     compile(script, name, "exec")
     return script, len(cells)
+
+
+def _from_the_course(node) -> bool:
+    """An import of the course's own package, which the script does not need."""
+    if isinstance(node, ast.ImportFrom):
+        names = [node.module or ""] if node.level == 0 else [COURSE_PACKAGE]
+    else:
+        names = [alias.name for alias in node.names]
+    return all(name.split(".")[0] == COURSE_PACKAGE for name in names)
+
+
+def _listed(ids: list[str]) -> str:
+    text = ids[0] if len(ids) == 1 else ", ".join(ids[:-1]) + f" and {ids[-1]}"
+    return MESSAGES["exercise" if len(ids) == 1 else "exercises"].format(ids=text)
+
+
+def _not_done(notebook: Path, stubs: list[str]) -> str:
+    """Which exercises the script still needs; an earlier lesson's answers are pasted in."""
+    lesson = Path(notebook).name.split("_", 1)[0].lstrip("0")
+    own = [s for s in stubs if s.split(".")[0] == lesson]
+    earlier: dict[str, list[str]] = {}
+    for stub in stubs:
+        if stub not in own:
+            earlier.setdefault(stub.split(".")[0], []).append(stub)
+    parts = [_listed(own)] if own else []
+    parts += [
+        MESSAGES["pasted"].format(which=_listed(ids), lesson=number.zfill(2))
+        for number, ids in sorted(earlier.items())
+    ]
+    missing = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + f" and {parts[-1]}"
+    if earlier:
+        what = MESSAGES["finish_and_paste" if own else "paste"]
+    else:
+        what = MESSAGES["finish" if len(own) == 1 else "finish_all"]
+    return MESSAGES["not_done"].format(nb=notebook, missing=missing, what=what)
 
 
 def _stub_exercise(node) -> str | None:

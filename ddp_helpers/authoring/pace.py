@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 # - an exercise takes the time its work asks: 40 s per line of the reference answer,
 #   at least a minute (a prediction), so a 15-line function takes ten; an exercise whose
 #   `minutes` is set (an Exercise attribute) says why it differs from that rule;
-# - an earlier lesson's answer pasted in again: a minute.
+# - an earlier lesson's answer pasted in again: half a minute (find it, copy, paste).
 WORDS_PER_MINUTE = 150
 CODE_LINES_PER_MINUTE = 20
 SECONDS_PER_CODE_CELL = 5
@@ -24,7 +24,7 @@ SECONDS_PER_OUTPUT_LINE = 3
 OUTPUT_LINES_READ = 20
 SECONDS_PER_PICTURE = 30
 MINUTES_PER_ANSWER_LINE = 2 / 3
-MINUTES_PER_PASTED_ANSWER = 1
+MINUTES_PER_PASTED_ANSWER = 0.5
 TARGET_MINUTES = 20
 
 GOING_FURTHER = re.compile(r"^## Going further", re.M)

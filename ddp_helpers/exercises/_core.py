@@ -21,6 +21,12 @@ MESSAGES = {
         "⏳ Exercise {id}: not attempted yet: your code calls exercise {other}, which still "
         "says `raise NotImplementedError(...)`. Finish that one first."
     ),
+    "not_attempted_pasted": (
+        "⏳ Exercise {id}: not attempted yet: your code calls {function}, which still says "
+        "`raise NotImplementedError(...)` in this notebook. Paste your answer to exercise "
+        "{other} from lesson {lesson} into this notebook's cell for it, run that cell, then "
+        "run this check again."
+    ),
     "wrong": "❌ Exercise {id}: not yet. {detail}",
     "error": "💥 Exercise {id}: your code raised an error.\n{detail}",
     "hint_header": "💡 Hint {n} of {total} for exercise {id}: {text}",
@@ -158,12 +164,7 @@ class Exercise:
                 raise
             stub = _stub_of(exc)
             if stub is not None:
-                text = (
-                    MESSAGES["not_attempted"].format(id=self.id)
-                    if stub == self.id
-                    else MESSAGES["not_attempted_other"].format(id=self.id, other=stub)
-                )
-                result = Result(self.id, "not_attempted", text)
+                result = Result(self.id, "not_attempted", self._not_attempted(stub))
             else:
                 text = exc.render() if isinstance(exc, DistributedError) else _short_traceback(exc)
                 result = Result(self.id, "error", MESSAGES["error"].format(id=self.id, detail=text))
@@ -172,6 +173,17 @@ class Exercise:
                 self.id, "correct", MESSAGES["correct"].format(id=self.id, detail=detail)
             )
         return result
+
+    def _not_attempted(self, stub: str) -> str:
+        if stub == self.id:
+            return MESSAGES["not_attempted"].format(id=self.id)
+        lesson = stub.split(".")[0]
+        if lesson == self.id.split(".")[0]:
+            return MESSAGES["not_attempted_other"].format(id=self.id, other=stub)
+        # An earlier lesson's answer, pasted into this notebook as a stub still to fill.
+        return MESSAGES["not_attempted_pasted"].format(
+            id=self.id, function=_function_of(stub), other=stub, lesson=lesson.zfill(2)
+        )
 
     def check(self, answer) -> None:
         """Check an answer and say what is right or wrong with it."""
@@ -206,6 +218,18 @@ class Exercise:
 
     def __repr__(self) -> str:
         return f"<exercise {self.id}: {self.name}>"
+
+
+def _function_of(exercise_id: str) -> str:
+    """`setup()` for "2.2": the function an exercise asks for, or the exercise's number."""
+    from . import LESSONS, exercises_of
+
+    lesson = exercise_id.split(".")[0].zfill(2)
+    if lesson in LESSONS:
+        for ex in exercises_of(lesson):
+            if ex.id == exercise_id:
+                return f"`{ex.name}()`"
+    return f"exercise {exercise_id}"
 
 
 def run_on_ranks(

@@ -1,0 +1,368 @@
+"""Lesson 04's capstone (exercise 4.2, `train_ddp`): the check, its proof, its answers.
+
+The learner answers below run through the sweep in tests/test_answers.py (SWEEP["4.2"]):
+each real mistake must be named by its own message, each other right answer must pass.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import os
+import re
+import sys
+import textwrap
+
+import cloudpickle
+import nbformat
+import pytest
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler
+
+from conftest import ROOT
+from ddp_helpers.exercises import capstone
+from ddp_helpers.exercises.capstone import GLOBAL_BATCH, LR, make_dataset, make_model
+from ddp_helpers.exercises.lesson02 import cleanup, setup
+from ddp_helpers.exercises.lesson03 import wrap
+from ddp_helpers.exercises.lesson04 import make_loader
+
+# The answers travel to the ranks by value, as a notebook's do.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+SOLUTION = ROOT / "solutions" / "04_sampler_and_checkpoint.ipynb"
+
+
+def _steps(model, loader, optimizer, device):
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+
+
+# ---------------------------------------------------------------- wrong answers
+
+
+def never_wrapped(epochs, path):
+    device = setup()
+    model = make_model().to(device)  # no DDP: each rank trains alone
+    loader = make_loader(make_dataset(), GLOBAL_BATCH)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    for epoch in range(epochs):
+        loader.sampler.set_epoch(epoch)
+        _steps(model, loader, optimizer, device)
+        if dist.get_rank() == 0:
+            torch.save(model.state_dict(), path)
+    cleanup()
+    return model
+
+
+def no_sampler(epochs, path):
+    device = setup()
+    model = wrap(make_model(), device)
+    data = make_dataset()
+    loader = DataLoader(data, batch_size=GLOBAL_BATCH // dist.get_world_size(), shuffle=True)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    for _ in range(epochs):
+        _steps(model, loader, optimizer, device)
+        if dist.get_rank() == 0:
+            torch.save(model.module.state_dict(), path)
+    cleanup()
+    return model
+
+
+def _converted(epochs, path, set_epoch="top", save="rank0", batch=None, lr=LR, end=True):
+    """The conversion with one step done some way: the mistakes below differ in one step."""
+    device = setup()
+    model = wrap(make_model(), device)
+    data = make_dataset()
+    if batch is None:
+        loader = make_loader(data, GLOBAL_BATCH)
+    else:
+        loader = DataLoader(data, batch_size=batch, sampler=DistributedSampler(data))
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    for epoch in range(epochs):
+        if set_epoch == "top":
+            loader.sampler.set_epoch(epoch)
+        elif set_epoch == "constant":
+            loader.sampler.set_epoch(0)
+        if save == "before":
+            if dist.get_rank() == 0:
+                torch.save(model.module.state_dict(), path)
+        _steps(model, loader, optimizer, device)
+        if set_epoch == "after":
+            loader.sampler.set_epoch(epoch)
+        if save == "rank0":
+            if dist.get_rank() == 0:
+                torch.save(model.module.state_dict(), path)
+        elif save == "local0":
+            if int(os.environ["LOCAL_RANK"]) == 0:
+                torch.save(model.module.state_dict(), path)
+        elif save == "every":
+            torch.save(model.module.state_dict(), path)
+        elif save == "prefix":
+            if dist.get_rank() == 0:
+                torch.save(model.state_dict(), path)
+    if end:
+        cleanup()
+    return model
+
+
+def without_set_epoch(epochs, path):
+    return _converted(epochs, path, set_epoch=None)
+
+
+def set_epoch_after_the_pass(epochs, path):
+    return _converted(epochs, path, set_epoch="after")
+
+
+def set_epoch_with_a_constant(epochs, path):
+    return _converted(epochs, path, set_epoch="constant")
+
+
+def global_batch_on_every_rank(epochs, path):
+    return _converted(epochs, path, batch=GLOBAL_BATCH)
+
+
+def saved_where_local_rank_is_zero(epochs, path):
+    return _converted(epochs, path, save="local0")
+
+
+def saved_on_every_rank(epochs, path):
+    return _converted(epochs, path, save="every")
+
+
+def never_saved(epochs, path):
+    return _converted(epochs, path, save=None)
+
+
+def saved_with_the_prefix(epochs, path):
+    return _converted(epochs, path, save="prefix")
+
+
+def saved_before_each_epoch(epochs, path):
+    return _converted(epochs, path, save="before")
+
+
+def group_left_initialised(epochs, path):
+    return _converted(epochs, path, end=False)
+
+
+def returning_nothing(epochs, path):
+    _converted(epochs, path)
+
+
+def lr_scaled_by_the_world_size(epochs, path):
+    return _converted(epochs, path, lr=LR * int(os.environ["WORLD_SIZE"]))
+
+
+def barrier_inside_the_rank_zero_save(epochs, path):
+    device = setup()
+    model = wrap(make_model(), device)
+    loader = make_loader(make_dataset(), GLOBAL_BATCH)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    for epoch in range(epochs):
+        loader.sampler.set_epoch(epoch)
+        _steps(model, loader, optimizer, device)
+        if dist.get_rank() == 0:
+            torch.save(model.module.state_dict(), path)
+            dist.barrier()  # rank 1 is in the next epoch's all_reduce: never joins
+    cleanup()
+    return model
+
+
+# ---------------------------------------------------------------- right answers
+
+
+def _save_on_rank_zero(model, path):
+    if int(os.environ["RANK"]) == 0:
+        torch.save(model.module.state_dict(), path)
+
+
+def sampler_in_a_variable_and_a_save_helper(epochs, path):
+    device = setup()
+    net = wrap(make_model(), device)
+    loader = make_loader(make_dataset(), GLOBAL_BATCH)
+    sampler = loader.sampler
+    criterion = torch.nn.MSELoss()
+    opt = torch.optim.SGD(net.parameters(), lr=LR)
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        for inputs, targets in loader:
+            opt.zero_grad()
+            criterion(net(inputs.to(device)), targets.to(device)).backward()
+            opt.step()
+        _save_on_rank_zero(net, path)
+    cleanup()
+    return net
+
+
+def own_sampler_and_a_while_loop(epochs, path):
+    from torch.distributed import destroy_process_group, get_rank, get_world_size
+    from torch.nn.parallel import DistributedDataParallel
+
+    device = setup()
+    model = DistributedDataParallel(make_model().to(device))
+    data = make_dataset()
+    sampler = DistributedSampler(data, shuffle=True)
+    loader = DataLoader(data, batch_size=GLOBAL_BATCH // get_world_size(), sampler=sampler)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    epoch = 0
+    while epoch < epochs:
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            loss = ((model(x.to(device)) - y.to(device)) ** 2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        if get_rank() == 0:
+            torch.save({k: v.cpu() for k, v in model.module.state_dict().items()}, path)
+        epoch += 1
+    plain = model.module
+    destroy_process_group()
+    return plain
+
+
+# exercise 4.2 in the sweep of tests/test_answers.py: (wrong answers with what the message
+# must say, right answers)
+SWEEP_4_2 = (
+    [
+        (never_wrapped, "The model was never wrapped: the gradients were not averaged"),
+        (no_sampler, "No DistributedSampler: every rank trained on all the data"),
+        (without_set_epoch, "set_epoch was never called"),
+        (set_epoch_after_the_pass, "set_epoch(0) was called after epoch 0's pass"),
+        (set_epoch_with_a_constant, "set_epoch was called with 0 in every epoch"),
+        (global_batch_on_every_rank, "Each rank took batches of 16, the whole global batch"),
+        (saved_where_local_rank_is_zero, "A checkpoint was written on every machine"),
+        (saved_on_every_rank, "A checkpoint was written on every rank"),
+        (never_saved, "No checkpoint was written"),
+        (saved_with_the_prefix, "keys start with `module.`"),
+        (saved_before_each_epoch, "does not hold the final weights"),
+        (group_left_initialised, "The process group was left initialised"),
+        (returning_nothing, "train_ddp returned None; return the trained model"),
+        (lr_scaled_by_the_world_size, "differ from one process's trained on the same global"),
+    ],
+    [sampler_in_a_variable_and_a_save_helper, own_sampler_and_a_while_loop],
+)
+
+
+# ---------------------------------------------------------------- the proof behind the check
+
+
+@pytest.mark.parametrize("world", [1, 2, 4])
+@pytest.mark.parametrize("epoch", [0, 1])
+def test_the_ranks_kth_batches_together_are_the_kth_block_of_the_samplers_permutation(world, epoch):
+    data = make_dataset()
+    batches = []
+    for rank in range(world):
+        sampler = DistributedSampler(data, num_replicas=world, rank=rank)  # as make_loader
+        sampler.set_epoch(epoch)
+        batches.append(list(DataLoader(range(len(data)), GLOBAL_BATCH // world, sampler=sampler)))
+    blocks = capstone.global_batches(epoch)
+    assert all(len(b) == len(blocks) for b in batches)  # every global batch full
+    for k, block in enumerate(blocks):
+        parts = [b[k].tolist() for b in batches]
+        assert all(len(p) == GLOBAL_BATCH // world for p in parts)  # equal parts
+        assert sorted(i for p in parts for i in p) == sorted(block)
+
+
+def test_the_mean_of_equal_parts_means_is_the_mean_over_the_global_batch():
+    # DDP averages the ranks' gradients of their mean losses; equal parts make that the
+    # gradient of the mean over the global batch, which one process takes.
+    x, y = make_dataset().tensors
+    block = capstone.global_batches(0)[0]
+    model = make_model()
+    whole = torch.autograd.grad(
+        torch.nn.functional.mse_loss(model(x[block]), y[block]), list(model.parameters())
+    )
+    parts = [
+        torch.autograd.grad(
+            torch.nn.functional.mse_loss(model(x[block[r::2]]), y[block[r::2]]),
+            list(model.parameters()),
+        )
+        for r in range(2)
+    ]
+    for g, g0, g1 in zip(whole, *parts, strict=True):
+        torch.testing.assert_close(g, (g0 + g1) / 2, rtol=0, atol=1e-7)
+
+
+@pytest.mark.usefixtures("no_leftovers")
+def test_the_reference_passes_and_says_how_close_it_came():
+    result = capstone.exercise.evaluate(capstone.train_ddp)
+    assert result.status == "correct", str(result)
+    assert "max |dW| = " in result.message and "allowed 1e-06" in result.message
+
+
+@pytest.mark.usefixtures("no_leftovers")
+def test_a_collective_inside_the_rank_zero_save_is_a_hang_with_the_save_hint(monkeypatch):
+    real = capstone.run_on_ranks
+    monkeypatch.setattr(capstone, "run_on_ranks", lambda *a, **k: real(*a, **{**k, "timeout": 3}))
+    result = capstone.exercise.evaluate(barrier_inside_the_rank_zero_save)
+    assert result.status == "wrong", str(result)
+    assert "did not" in result.message and "inside that `if`" in result.hint
+
+
+@pytest.mark.usefixtures("no_leftovers")
+def test_a_pasted_function_still_a_stub_says_to_paste_it_from_its_lesson():
+    def calls_the_unpasted_setup(epochs, path):
+        raise NotImplementedError("exercise 2.2")
+
+    result = capstone.exercise.evaluate(calls_the_unpasted_setup)
+    assert result.status == "not_attempted", str(result)
+    assert "lesson 02" in result.message and "paste" in result.message.lower()
+
+
+# ---------------------------------------------------------------- one source with the notebook
+
+
+def _notebook_source() -> str:
+    nb = nbformat.read(SOLUTION, as_version=4)
+    return "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+
+
+def _definitions(source: str, names: set[str]) -> dict[str, str]:
+    found = {}
+    for node in ast.parse(textwrap.dedent(source)).body:
+        if isinstance(node, ast.FunctionDef) and node.name in names:
+            body = [n for n in node.body if not isinstance(n, (ast.Import, ast.ImportFrom))]
+            found[node.name] = ast.dump(ast.Module(body, []))
+    return found
+
+
+def test_the_check_trains_the_notebooks_data_and_model_with_its_settings():
+    # The check replays the notebook's script in one process: same data, model, batch, lr.
+    source = "\n".join(
+        line for line in _notebook_source().splitlines() if not line.lstrip().startswith("%")
+    )
+    namespace: dict = {}
+    tree = ast.parse(source)
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            getattr(t, "id", None) in {"GLOBAL_BATCH", "LR", "ITEMS"}
+            for t in ast.walk(node.targets[0])
+        ):
+            exec(compile(ast.Module([node], []), "<cell>", "exec"), namespace)
+    assert (namespace["ITEMS"], namespace["GLOBAL_BATCH"], namespace["LR"]) == (
+        capstone.ITEMS,
+        capstone.GLOBAL_BATCH,
+        capstone.LR,
+    )
+    names = {"make_dataset", "make_model"}
+    assert _definitions(source, names) == _definitions(inspect.getsource(capstone), names)
+
+
+def test_the_pasted_answers_are_those_of_their_exercises():
+    # The paste cell holds the earlier lessons' answers, as the learner's own notebooks do.
+    from ddp_helpers.exercises import exercises_of
+
+    nb = nbformat.read(SOLUTION, as_version=4)
+    (cell,) = [c.source for c in nb.cells if "# BEGIN SOLUTION (from exercise" in c.source]
+    pasted = re.findall(r"def (\w+)\(.*\n\s*# BEGIN SOLUTION \(from exercise (\d+\.\d+)\)", cell)
+    assert [exercise for _, exercise in pasted] == ["2.1", "2.2", "2.3", "3.1"]
+    for name, exercise in pasted:
+        (ex,) = [e for e in exercises_of(exercise.split(".")[0].zfill(2)) if e.id == exercise]
+        assert ex.name == name
+        notebook = _definitions(cell, {name})
+        assert notebook == _definitions(inspect.getsource(ex.reference), {name}), name
