@@ -480,8 +480,17 @@ def wrap_asking_torch_for_cuda(model, device):
     from torch.nn.parallel import DistributedDataParallel
 
     model.to(device)  # a module moves in place
+    # Wrong on a machine with one GPU for two ranks: the set-up chose the CPU there.
     options = {"device_ids": [device]} if torch.cuda.is_available() else {}
     return DistributedDataParallel(model, **options)
+
+
+def wrap_with_options_for_gpus_only(model, device):
+    from torch.nn import parallel
+
+    options = {"device_ids": [device], "output_device": device} if device.type == "cuda" else {}
+    model.to(device)  # a module moves in place
+    return parallel.DistributedDataParallel(model, **options)
 
 
 # ---------------------------------------------------------------- lesson 04
@@ -597,6 +606,18 @@ def evaluate_without_reducing(model, dataset, batch_size=128):
     with torch.no_grad():
         counts = _count(model, DataLoader(part, batch_size), "cpu")
     model.train()
+    return int(counts[0]), int(counts[1])
+
+
+def evaluate_with_gradients_on(model, dataset, batch_size=128):
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader, Subset
+
+    part = Subset(dataset, range(dist.get_rank(), len(dataset), dist.get_world_size()))
+    model.eval()  # but no torch.no_grad(): every DDP forward broadcasts the buffers
+    counts = _count(model, DataLoader(part, batch_size), "cpu")
+    model.train()
+    dist.all_reduce(counts)
     return int(counts[0]), int(counts[1])
 
 
@@ -953,8 +974,9 @@ SWEEP = {
             (wrap_with_the_global_rank, "device_ids counts GPUs on this machine"),
             (wrap_without_device_ids, "was wrapped without device_ids"),
             (wrap_without_broadcasting_buffers, "buffers (BatchNorm's running statistics)"),
+            (wrap_asking_torch_for_cuda, "On the CPU, DDP refused the device_ids"),
         ],
-        [wrap_by_branching, wrap_asking_torch_for_cuda],
+        [wrap_by_branching, wrap_with_options_for_gpus_only],
     ),
     "3.2": (
         [
@@ -988,6 +1010,7 @@ SWEEP = {
             (evaluate_on_rank_zero_only, "did not make the same collective calls"),
             (evaluate_on_rank_zero_with_the_module, "and rank(s) 1 none: the work was not split"),
             (evaluate_with_the_module_everywhere, "scored with different BatchNorm statistics"),
+            (evaluate_with_gradients_on, "a rank waited in a collective"),
         ],
         [evaluate_in_contiguous_blocks, evaluate_by_gathering_and_deduplicating],
     ),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import re
 import textwrap
@@ -261,6 +262,36 @@ def run_on_ranks(
             )
             raise Wrong(MESSAGES["mismatch"].format(what=what), hint=hang_hint) from None
         raise
+
+
+def rank_folder(folder: str, rank: int) -> str:
+    """The subfolder of rank `rank` in a check's folder: what lands there shows who wrote."""
+    import os
+
+    return os.path.join(folder, f"rank{rank}")
+
+
+@contextlib.contextmanager
+def rank_folders(ranks: int, prefix: str):
+    """A temporary folder with an empty subfolder per rank, removed afterwards."""
+    import os
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix=prefix)
+    try:
+        for rank in range(ranks):
+            os.mkdir(rank_folder(folder, rank))
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def writers(folder: str, ranks: int) -> list[int]:
+    """The ranks whose subfolder is no longer empty."""
+    import os
+
+    return [rank for rank in range(ranks) if os.listdir(rank_folder(folder, rank))]
 
 
 def evaluate_all(exercises: list[Exercise], namespace: dict) -> list[Result]:

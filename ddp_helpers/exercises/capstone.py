@@ -9,10 +9,8 @@ final weights must equal one process's trained on the same global batches.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 
-from ._core import Exercise, Wrong, run_on_ranks
+from ._core import Exercise, Wrong, rank_folder, rank_folders, run_on_ranks, writers
 
 # The script's data, model and settings, as the notebook's cell defines them. 96 items
 # in global batches of 16: every global batch is full, and divides evenly, on 1, 2 and 4
@@ -60,6 +58,11 @@ MESSAGES = {
     "epoch_never": (
         "set_epoch was never called: every epoch went through the data in the same order "
         "(epoch 0's)."
+    ),
+    "epoch_elsewhere": (
+        "set_epoch was called on a DistributedSampler that the loader does not use, so the "
+        "loader's own sampler went through every epoch in epoch 0's order. Tell the "
+        "sampler the loader iterates: loader.sampler."
     ),
     "epoch_late": (
         "set_epoch({epoch}) was called after epoch {epoch}'s pass over the data: an epoch's "
@@ -193,10 +196,12 @@ def _install_spies(record: dict) -> None:
     def iterate(self):
         order = list(real_iter(self))
         record["passes"].append((self.epoch, order))
+        record["iterated"].add(id(self))
         return iter(order)
 
     def set_epoch(self, epoch):
-        record["set_epoch"].append((epoch, len(record["passes"])))  # passes begun before it
+        # (the epoch told, the passes begun before it, which sampler was told)
+        record["set_epoch"].append((epoch, len(record["passes"]), id(self)))
         real_set_epoch(self, epoch)
 
     DistributedDataParallel.__init__ = init
@@ -216,10 +221,10 @@ def _capstone_harness(train_ddp, epochs, folder):
     import torch.distributed as dist
 
     rank = int(os.environ["RANK"])
-    record = {"wrapped": [], "batches": [], "passes": [], "set_epoch": []}
+    record = {"wrapped": [], "batches": [], "passes": [], "set_epoch": [], "iterated": set()}
     _install_spies(record)
     try:
-        model = train_ddp(epochs, os.path.join(_rank_folder(folder, rank), "ckpt.pt"))
+        model = train_ddp(epochs, os.path.join(rank_folder(folder, rank), "ckpt.pt"))
         left = dist.is_initialized()
         trained = getattr(model, "module", model)
         returned = None if isinstance(trained, torch.nn.Module) else repr(model)[:40]
@@ -270,18 +275,11 @@ def _max_diff(a: dict, b: dict) -> float:
     return max((a[k].double() - b[k].double()).abs().max().item() for k in a)
 
 
-def _rank_folder(folder: str, rank: int) -> str:
-    return os.path.join(folder, f"rank{rank}")
-
-
 def _run_scenario(fn, ranks: int, nodes: int) -> tuple[list[dict], list[int], object]:
     """Each rank's record, the ranks that wrote a file, and what rank 0's file holds."""
     import torch
 
-    folder = tempfile.mkdtemp(prefix="ddp-capstone-check-")
-    try:
-        for rank in range(ranks):
-            os.mkdir(_rank_folder(folder, rank))
+    with rank_folders(ranks, "ddp-capstone-check-") as folder:
         results = run_on_ranks(
             _capstone_harness,
             fn,
@@ -292,17 +290,15 @@ def _run_scenario(fn, ranks: int, nodes: int) -> tuple[list[dict], list[int], ob
             timeout=30,
             hang_hint=HINT_SAVE,  # the usual hang: a collective inside `if rank == 0:`
         )
-        wrote = [r for r in range(ranks) if os.listdir(_rank_folder(folder, r))]
+        wrote = writers(folder, ranks)
         saved = None
-        first = os.path.join(_rank_folder(folder, wrote[0]), "ckpt.pt") if wrote else None
+        first = os.path.join(rank_folder(folder, wrote[0]), "ckpt.pt") if wrote else None
         if first and os.path.exists(first):
             try:
                 saved = torch.load(first, map_location="cpu", weights_only=True)
             except Exception as exc:  # noqa: BLE001 - what the file holds is the finding
                 saved = f"an error ({type(exc).__name__})"
         return list(results), wrote, saved
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _judge_training(results: list[dict], world: int) -> None:
@@ -322,7 +318,9 @@ def _judge_training(results: list[dict], world: int) -> None:
         used = [epoch for epoch, _ in r["passes"]]
         if used == list(range(EPOCHS)):
             continue
-        calls = r["set_epoch"]
+        if r["set_epoch"] and not any(told in r["iterated"] for *_, told in r["set_epoch"]):
+            raise Wrong(MESSAGES["epoch_elsewhere"], hint=HINT_EPOCH)
+        calls = [(value, begun) for value, begun, told in r["set_epoch"] if told in r["iterated"]]
         if not calls:
             raise Wrong(MESSAGES["epoch_never"], hint=HINT_EPOCH)
         if len(calls) > 1 and len({value for value, _ in calls}) == 1:

@@ -22,7 +22,9 @@ MESSAGES = {
     ),
     "wrap_cpu_ids": (
         "On the CPU, DDP refused the device_ids it was given ({error}). device_ids is for a "
-        "model on one GPU; a model on the CPU is wrapped without it."
+        "model on one GPU; a model on the CPU is wrapped without it. (The check's machine "
+        "has a GPU, too few for both ranks: the set-up chose the CPU, so go by the device "
+        "wrap is given, not by whether CUDA exists.)"
     ),
     "wrap_weights": (
         "After wrap, rank {rank}'s weights were not rank 0's: DDP was told not to broadcast "
@@ -142,14 +144,22 @@ def _rank_model(rank):
 
 def _wrap_harness(wrap):
     """On 2 CPU ranks with different models: what wrap returned, and the weights it holds."""
+    from unittest import mock
+
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     dist.init_process_group("gloo")
     try:
+        # A machine with one GPU for two ranks: set-up chose the CPU, yet CUDA is there. An
+        # answer must go by the device it is given, not by whether CUDA exists.
         try:
-            wrapped = wrap(_rank_model(dist.get_rank()), torch.device("cpu"))
+            with (
+                mock.patch("torch.cuda.is_available", return_value=True),
+                mock.patch("torch.cuda.device_count", return_value=1),
+            ):
+                wrapped = wrap(_rank_model(dist.get_rank()), torch.device("cpu"))
         except ValueError as exc:  # DDP refusing device_ids for a CPU model is the mistake
             if "device_ids" not in str(exc):
                 raise
