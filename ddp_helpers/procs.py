@@ -95,6 +95,18 @@ def kill_descendants(pid: int | None = None, include_self: bool = False) -> int:
     return len(killed)
 
 
+def listening_sockets(pid: int | None = None) -> list[tuple[str, int]]:
+    """(address, port) of each socket a process (default: this one) listens on (lesson 01)."""
+    import psutil
+
+    proc = psutil.Process(pid)
+    # psutil 6 renamed connections() to net_connections(); a hosted kernel may hold psutil 5.
+    connections = getattr(proc, "net_connections", None) or proc.connections
+    return sorted(
+        (c.laddr.ip, c.laddr.port) for c in connections("inet") if c.status == psutil.CONN_LISTEN
+    )
+
+
 def signal_name(signum: int) -> str:
     """'SIGKILL' for 9; 'signal 77' for a number Python does not name."""
     try:

@@ -120,15 +120,16 @@ def test_fault_matrix(fault, bad_rank, where):
 def listening_sockets():
     import datetime
 
-    import psutil
     import torch.distributed as dist
+
+    from ddp_helpers import procs
 
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=30))
     dist.barrier()
-    mine = [c.laddr for c in psutil.Process().net_connections("inet") if c.status == "LISTEN"]
+    mine = procs.listening_sockets()
     dist.barrier()
     dist.destroy_process_group()
-    return [(addr.ip, addr.port) for addr in mine]
+    return mine
 
 
 def test_every_socket_a_run_listens_on_is_on_loopback():

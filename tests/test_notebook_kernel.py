@@ -225,3 +225,104 @@ def test_magic_spreads_ranks_over_simulated_nodes(magic_run):
     assert "UsageError: nprocs=3 ranks cannot be spread evenly over nnodes=2" in stream_text(
         magic_run[10], "stderr"
     )
+
+
+HANGING_CELL = (
+    "%%ddp -n 2\nimport os, time\nprint('port', os.environ['MASTER_PORT'], flush=True)\n"
+    "time.sleep(600)"
+)
+
+
+def _sigint_every_descendant(kernel: int) -> None:
+    """VS Code's interrupt (vscode-jupyter since 2024.12, raw kernels): SIGINT to each process
+    in the kernel's tree (pidtree), deepest first as listed, then to the kernel itself."""
+    import os
+    import signal
+
+    import psutil
+
+    for proc in psutil.Process(kernel).children(recursive=True):
+        try:
+            os.kill(proc.pid, signal.SIGINT)
+        except ProcessLookupError:
+            pass
+    os.kill(kernel, signal.SIGINT)
+
+
+def _sigint_kernel_group(kernel: int) -> None:
+    """An interrupt through jupyter_client (Jupyter servers, VS Code's remote kernels): SIGINT
+    to the kernel's process group, which the kernel leads."""
+    import os
+    import signal
+
+    assert os.getpgid(kernel) == kernel, "the kernel must lead its own process group"
+    os.killpg(kernel, signal.SIGINT)
+
+
+def _listening(port: int) -> bool:
+    import psutil
+
+    return any(
+        c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN
+        for c in psutil.net_connections("tcp")
+    )
+
+
+@pytest.mark.parametrize("interrupt", [_sigint_every_descendant, _sigint_kernel_group])
+def test_sigint_to_the_kernel_and_its_children_stops_a_ddp_cell_with_every_ranks_stack(interrupt):
+    """VS Code's stop button: the ranks and the zygote get SIGINT too, yet the cell stops
+    within 3 s with where each rank was, the next cell runs, and nothing is left behind."""
+    import psutil
+
+    km = KernelManager(kernel_name="python3")
+    km.start_kernel()
+    kc = km.client()
+    kc.start_channels()
+    kernel = km.provisioner.process.pid
+    family: list[psutil.Process] = []
+    try:
+        kc.wait_for_ready(timeout=60)
+        _wait_idle(kc, kc.execute("%load_ext ddp_helpers"), timeout=60)
+        msg_id = kc.execute(HANGING_CELL)
+        ports = set()
+        while len(ports) < 2:  # both ranks have printed: they are in time.sleep
+            msg = kc.get_iopub_msg(timeout=60)
+            if msg["msg_type"] == "stream":
+                ports.update(re.findall(r"\[rank (\d)\] port (\d+)", msg["content"]["text"]))
+        (port,) = {int(p) for _, p in ports}
+        time.sleep(0.3)
+        family = descendants(kernel)
+        ranks = [p for p in family if p.name().startswith("ddp-rank")]
+        assert sorted(p.name() for p in ranks) == ["ddp-rank-0", "ddp-rank-1"], family
+        assert "ddp-zygote" in [p.name() for p in family]
+
+        t0 = time.monotonic()
+        interrupt(kernel)
+        outputs = _wait_idle(kc, msg_id, timeout=30)
+        elapsed = time.monotonic() - t0
+        assert elapsed < 3.0, f"the cell took {elapsed:.1f} s to stop"
+        errors = [o for o in outputs if "ename" in o]
+        assert [e["ename"] for e in errors] == ["KeyboardInterrupt"], outputs
+        text = "".join(o.get("text", "") for o in outputs if o.get("name") == "stderr")
+        assert "Interrupted: every rank was stopped. Where each was" in text, outputs
+        for rank in (0, 1):
+            block = text.split(f"rank {rank}:\n", 1)[-1]
+            assert re.match(r"  Cell In\[2\], line 4, in <module>\n    time.sleep\(600\)", block), (
+                text
+            )
+        _, alive = psutil.wait_procs(ranks, timeout=2)
+        assert not alive, f"ranks still running after the interrupt: {alive}"
+        assert not _listening(port), f"the rendezvous port {port} is still open"
+        names = [p.name() for p in descendants(kernel)]
+        assert "ddp-zygote" in names, f"the launcher's helper did not survive SIGINT: {names}"
+
+        outputs = _wait_idle(kc, kc.execute("%%ddp -n 2\nprint('next')"), timeout=60)
+        lines = "".join(o.get("text", "") for o in outputs).splitlines()
+        assert sorted(lines) == ["[rank 0] next", "[rank 1] next"], outputs
+        assert not [o for o in outputs if "ename" in o], outputs
+        family += descendants(kernel)
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    _, alive = psutil.wait_procs(family, timeout=5)
+    assert not alive, f"still running after the kernel was shut down: {alive}"

@@ -73,3 +73,16 @@ def test_with_the_rendezvous_touchpoints_off_the_fallback_launches_and_warns_onc
     assert "switched off by DDP_HELPERS_DISABLE" in err and "every interface" in err
     assert list(launch(lambda: "again", nprocs=2)) == ["again", "again"]
     assert "warning" not in capfd.readouterr().err  # said once per helper process
+
+
+def test_torch_2_8s_gloo_banner_is_dropped_and_a_ranks_own_lines_are_kept():
+    from ddp_helpers.launcher.output import OutputRouter
+
+    shown = []
+    router = OutputRouter(2, ordered=False, sink=lambda stream, text: shown.append(text))
+    banner = (
+        "[Gloo] Rank 1 is connected to 1 peer ranks. Expected number of connected peer ranks is : 1"
+    )
+    router.feed(1, "stdout", f"{banner}\nloss 0.25\n[Gloo] Rank 1 says more\n".encode())
+    router.finish()
+    assert shown == ["[rank 1] loss 0.25\n", "[rank 1] [Gloo] Rank 1 says more\n"]

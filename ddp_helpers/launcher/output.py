@@ -6,6 +6,8 @@ import codecs
 import sys
 import time
 
+from .torch_compat import is_noise
+
 STREAMS = ("stdout", "stderr")
 
 
@@ -61,6 +63,8 @@ class OutputRouter:
             self._emit(key, state)
 
     def _emit(self, key, line: str) -> None:
+        if is_noise(line):
+            return
         rank, stream = key
         text = f"[rank {rank}] {line}\n"
         if self.ordered:

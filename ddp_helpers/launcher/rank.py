@@ -53,8 +53,12 @@ def _setup_process(req: dict, rank: int, fds: tuple[int, ...]) -> tuple:
         os.setpgid(0, 0)  # own group, so the launcher can stop this rank's own children too
     except OSError:
         pass
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGUSR1):
+    for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGUSR1):
         signal.signal(sig, signal.SIG_DFL)
+    # Interrupts are the kernel's to handle: it asks each rank for its stack, then stops it.
+    # VS Code's stop button also sends SIGINT to every process under the kernel; a rank that
+    # died of it would take its stack with it. Its own children inherit the ignoring.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         signal.set_wakeup_fd(-1)
     except ValueError:

@@ -9,10 +9,12 @@ also be switched off by hand: DDP_HELPERS_DISABLE=rendezvous_store,dynamo_preloa
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
-# torch releases the launcher is tested with (README: "torch versions").
-KNOWN_GOOD = ("2.13.0",)
+# torch releases the launcher is tested with: the lock's, and those `make compat` installs
+# (docs/development.md, "torch versions"). Another release works, with a warning (peer_text).
+KNOWN_GOOD = ("2.8.0", "2.13.0", "2.15.0")
 
 MESSAGES = {
     "fallback": "[ddp_helpers] warning: {what} is not usable ({why}); {lost}",
@@ -62,9 +64,9 @@ TOUCHPOINTS = {
         Touchpoint(
             "teardown_pause",
             "torch.distributed.destroy_process_group",
-            "a short GIL switch interval and a 1 ms pause after destroy_process_group() avoid "
-            "a deadlock between gloo's worker thread and the main thread (torch 2.13, about "
-            "1 run in 5 when a DDP model is freed after destroy)",
+            "a short GIL switch interval and a few ms with the GIL let go before a gloo group "
+            "is freed (in destroy_process_group() or with a DDP model) avoid a deadlock "
+            "between gloo's worker thread and the main thread (torch 2.13, under load)",
             "a rank that frees a DDP model right after destroy_process_group() can hang until "
             "the launch's timeout",
         ),
@@ -88,6 +90,21 @@ TOUCHPOINTS = {
 # Error text of gloo and c10d the blame relies on (touchpoint "peer_text").
 PEER_GONE = "by peer"  # gloo: "Connection reset by peer", "Connection closed by peer"
 C10D_FRAME = "distributed_c10d"  # in the stack of a rank that aborted inside a collective
+
+# Lines torch prints on a rank's stdout that say nothing to a learner: the launcher drops them.
+# torch 2.8's gloo, at every init_process_group: "[Gloo] Rank 0 is connected to 1 peer ranks.
+# Expected number of connected peer ranks is : 1" (2.13 prints nothing).
+NOISE = (
+    re.compile(
+        r"\[Gloo\] Rank \d+ is connected to \d+ peer ranks\. "
+        r"Expected number of connected peer ranks is : \d+"
+    ),
+)
+
+
+def is_noise(line: str) -> bool:
+    """True for a line torch prints that the cell does not show (see NOISE)."""
+    return any(pattern.fullmatch(line) for pattern in NOISE)
 
 
 def _disabled() -> set[str]:
@@ -239,32 +256,50 @@ def own_the_rendezvous(listen_fd: int | None, port: int, world_size: int) -> Non
 _LOOPBACK = {"localhost", "127.0.0.1", "::1", "0.0.0.0", ""}
 
 
-def pause_after_destroy() -> None:
-    """Work around a torch 2.13 hang when a DDP model is freed (seen 1 run in 5 here).
+# How long the main thread lets go of the GIL before a gloo process group can be freed.
+GIL_HANDOVER_S = 0.005
 
-    Every backward() stashes a Python object in thread-local state, and each gloo
-    all_reduce work captures it. gloo's worker thread frees the last work (which needs the
-    GIL) just after the work completes, while the main thread, holding the GIL, may
-    already be destroying the process group and joining that thread: a deadlock. Giving
-    the worker the GIL quickly (a short switch interval), and for a moment after
-    destroy_process_group(), closes the window.
+
+def pause_after_destroy() -> None:
+    """Work around a torch 2.13 hang when a gloo process group is freed (seen under load).
+
+    Every backward() stashes a Python object in thread-local state, and each gloo work
+    launched after it captures that state. gloo's worker thread frees a finished work,
+    which needs the GIL, a moment after the work completes. If the main thread frees the
+    process group first, it joins that worker while holding the GIL: a deadlock (seen with
+    gdb: `~ProcessGroupGloo` joining in the main thread, the worker in `~AsyncWork`
+    waiting for the GIL). The group is freed in destroy_process_group() or, when a DDP
+    model still holds it, when that model is freed. So the main thread hands over the GIL
+    (sleeps a few ms, with a short switch interval) before destroy_process_group() and
+    before a DDP model is finalized: the worker finishes first. The pause after destroy
+    stays for gloo's threads that let go of the group itself.
     """
     import functools
     import sys
     import time
 
     import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
 
     sys.setswitchinterval(1e-4)
     real_destroy = dist.destroy_process_group
 
     @functools.wraps(real_destroy)
     def destroy_process_group(*args, **kwargs):
+        time.sleep(GIL_HANDOVER_S)  # gloo's workers drop their finished works first
         result = real_destroy(*args, **kwargs)
         time.sleep(0.001)  # releases the GIL: gloo's threads drop their last references
         return result
 
     dist.destroy_process_group = destroy_process_group
+    real_del = getattr(DistributedDataParallel, "__del__", None)
+
+    def __del__(self):  # noqa: N807 - runs before the model's reducer and group are freed
+        time.sleep(GIL_HANDOVER_S)
+        if real_del is not None:
+            real_del(self)
+
+    DistributedDataParallel.__del__ = __del__
 
 
 def debug_level_from_environment() -> None:
