@@ -6,15 +6,31 @@ PORT ?= 8888
 HOST ?= 127.0.0.1
 STAMP := $(VENV)/.installed
 
-.PHONY: lab test lint system-deps bench bench-grade scaling soak setup clean
+.PHONY: lab notebook test lint system-deps bench bench-grade scaling soak setup clean lock compat site
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+# pyproject.toml says which releases the code works with; constraints.txt, which version of each
+# package this .venv gets: those the stored outputs were made with.
+LOCK := constraints.txt
+$(STAMP): pyproject.toml $(LOCK)
 	@$(PY) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "DDP Basics needs Python 3.11 or newer (found " + sys.version.split()[0] + "); set PY=python3.11")'
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c $(LOCK) -e ".[dev]"
 	touch $(STAMP)
+
+# constraints.txt again from pyproject.toml's dependencies (dev and grade included): each version
+# already in it that still fits is kept, a package new to pyproject.toml gets its newest release.
+# UPGRADE=name (repeatable: UPGRADE="a b") moves those packages to their newest fitting release,
+# UPGRADE=all every package. The next make then installs what it says. A local build label
+# (torch's "+cpu") is dropped: it names one index's build of the version that is pinned.
+lock: $(STAMP)
+	CUSTOM_COMPILE_COMMAND="make lock" $(BIN)/python -m piptools compile --quiet \
+		--extra dev --extra grade --strip-extras --no-emit-index-url --no-emit-find-links \
+		--unsafe-package ddp-basics --unsafe-package pip --unsafe-package setuptools \
+		$(if $(filter all,$(UPGRADE)),--upgrade,$(foreach p,$(UPGRADE),--upgrade-package $(p))) \
+		--output-file $(LOCK) pyproject.toml
+	sed -i.bak -E 's/^([A-Za-z0-9_.-]+==[^+ ]+)[+][A-Za-z0-9_.]+/\1/' $(LOCK) && rm -f $(LOCK).bak
 
 # JupyterLab refuses to run as root unless told; root is common in containers.
 # Without a display (a server, a container, CI) it prints the address instead of opening a browser.
@@ -27,6 +43,16 @@ lab: $(STAMP)
 	$(BIN)/jupyter lab --ServerApp.ip=$(HOST) --ServerApp.port=$(PORT) \
 		--ServerApp.port_retries=0 --ServerApp.root_dir="$(LAB_ROOT)" \
 		--LabApp.default_url=/lab/tree/$(FIRST_LESSON) \
+		$$( [ "$$(id -u)" = 0 ] && echo --allow-root ) \
+		$$( [ -z "$$DISPLAY$$WAYLAND_DISPLAY" ] && [ "$$(uname)" != Darwin ] && echo --no-browser )
+
+# The same course in Jupyter Notebook 7 (a notebook per browser tab), with the same settings,
+# PORT, HOST and LAB_ROOT, on lesson 01.
+notebook: $(STAMP)
+	JUPYTER_CONFIG_PATH="$(CURDIR)/jupyter$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
+	$(BIN)/jupyter notebook --ServerApp.ip=$(HOST) --ServerApp.port=$(PORT) \
+		--ServerApp.port_retries=0 --ServerApp.root_dir="$(LAB_ROOT)" \
+		--JupyterNotebookApp.default_url=/notebooks/$(FIRST_LESSON) \
 		$$( [ "$$(id -u)" = 0 ] && echo --allow-root ) \
 		$$( [ -z "$$DISPLAY$$WAYLAND_DISPLAY" ] && [ "$$(uname)" != Darwin ] && echo --no-browser )
 
@@ -72,5 +98,18 @@ scaling: $(STAMP)
 soak: $(STAMP)
 	$(BIN)/python benchmarks/fault_soak.py --rounds 20
 
+# The course as a static website in site/_build/html, for reading before installing anything:
+# the lessons with the solutions' stored outputs (nothing runs), checked for broken links and
+# for any answer shown. Colab and Binder buttons where pyproject.toml names the repository.
+site: $(STAMP)
+	$(BIN)/python -m ddp_helpers.authoring.website
+
+# The course's wheel installed, without constraints.txt, into fresh venvs that already hold
+# another torch and another Jupyter kernel (the oldest and the newest the ranges admit), its
+# solution notebooks run there: benchmarks/compat.py. Several GB downloaded once (into
+# ~/.cache/ddp-basics/compat).
+compat: $(STAMP)
+	$(BIN)/python benchmarks/compat.py
+
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache site/_build

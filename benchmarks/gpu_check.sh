@@ -21,12 +21,21 @@ gpus=$(nvidia-smi --list-gpus 2>/dev/null | wc -l)
 echo "GPUs: $gpus"; nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null
 [ "$gpus" -ge 1 ] || { echo "no GPU found: nothing to check"; exit 1; }
 
-# A CUDA build of the pinned torch (the default wheel on Linux x86_64). A machine without
-# network access needs .venv prepared beforehand (from carried wheels): then it is kept.
-if [ ! -x .venv/bin/python ]; then
-  step "install" bash -c 'python3 -m venv .venv && .venv/bin/pip install -q -e ".[dev]"'
+# A CUDA build of the locked torch (the default wheel on Linux x86_64), as `make` installs it.
+# A machine without network access needs .venv prepared beforehand (from carried wheels):
+# then it is kept. PY=python3 uses that Python instead, e.g. a Kaggle notebook's, with the
+# CUDA torch it comes with: the course goes into it without the lock, keeping that torch.
+if [ -n "${PY:-}" ]; then
+  PY=$(command -v "$PY") || { echo "PY=$PY: no such Python"; exit 1; }
+  step "install into $PY" "$PY" -m pip install -q -e ".[grade]" nbclient nbval pytest
+else
+  if [ ! -x .venv/bin/python ]; then
+    step "install" bash -c \
+      'python3 -m venv .venv && .venv/bin/pip install -q -c constraints.txt -e ".[dev]"'
+  fi
+  PY=$PWD/.venv/bin/python
 fi
-PY=.venv/bin/python
+$PY -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda)"
 step "cuda visible to torch" $PY -c "import torch; assert torch.cuda.is_available(); print(torch.cuda.device_count())"
 
 # Every solution notebook, with nccl on every GPU: the lessons pick nccl when there is a
@@ -90,8 +99,8 @@ step "pytest on the GPU machine" $PY -m pytest -q -x tests/test_launch.py tests/
 
 step "exported script under torchrun (nccl)" bash -c '
   d=$(mktemp -d) && '"$PY"' -m ddp_helpers export solutions/04_sampler_and_checkpoint.ipynb -o "$d/train.py" &&
-  cd "$d" && '"$PWD/$PY"' -m torch.distributed.run --standalone --nproc-per-node '"$gpus"' train.py --epochs 2 &&
-  '"$PWD/$PY"' -m torch.distributed.run --standalone --nproc-per-node '"$gpus"' train.py --epochs 4 | tee out.txt &&
+  cd "$d" && '"$PY"' -m torch.distributed.run --standalone --nproc-per-node '"$gpus"' train.py --epochs 2 &&
+  '"$PY"' -m torch.distributed.run --standalone --nproc-per-node '"$gpus"' train.py --epochs 4 | tee out.txt &&
   grep -q "resuming from epoch 2" out.txt'
 
 echo; echo "GPU check report ($gpus GPU(s), $(date -u +%F))"

@@ -1,4 +1,4 @@
-"""The command line: `python -m ddp_helpers build`, `export`, `grade` and `merge`."""
+"""The command line: `python -m ddp_helpers build`, `export`, `grade`, `merge`, `autograder`."""
 
 from __future__ import annotations
 
@@ -147,6 +147,33 @@ def main(argv: list[str] | None = None) -> int:
         "pace",
         help="each lesson's core-path estimate, part by part (the figure atop each notebook)",
     )
+    autograder = commands.add_parser(
+        "autograder",
+        help="Gradescope's autograder zip for one lesson (setup.sh, run_autograder, the grader)",
+        description="Build the zip to upload as a Gradescope programming assignment's "
+        "autograder: setup.sh installs CPU-only torch and this course's package at its pins; "
+        "run_autograder grades the submitted notebook into results.json, Gradescope's "
+        "container being the sandbox.",
+    )
+    autograder.add_argument(
+        "--lesson", required=True, choices=sorted(LESSONS), help="the lesson it grades"
+    )
+    autograder.add_argument(
+        "--out", default="autograder.zip", help="the zip to write (%(default)s)"
+    )
+    autograder.add_argument(
+        "--timeout",
+        type=_positive,
+        default=DEFAULT_TIMEOUT,
+        metavar="S",
+        help="seconds a notebook may run (default %(default)g), as for grade",
+    )
+    autograder.add_argument(
+        "--hidden-visibility",
+        choices=VISIBILITIES,
+        default="after_published",
+        help="when Gradescope shows the grader's extra cases (%(default)s)",
+    )
     merge = commands.add_parser(
         "merge",
         help="put the points of grades.csv into an LMS gradebook export, ready to import",
@@ -167,6 +194,15 @@ def main(argv: list[str] | None = None) -> int:
     merge.add_argument("-o", "--out", required=True, help="the file to import")
     args = parser.parse_args(argv)
 
+    if args.command == "autograder":
+        from .grading.autograder import AutograderError, build_autograder
+
+        try:
+            print(build_autograder(args.lesson, args.out, args.timeout, args.hidden_visibility))
+        except (AutograderError, OSError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        return 0
     if args.command == "pace":
         from .authoring.pace import main as pace
 

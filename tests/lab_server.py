@@ -22,8 +22,9 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def make_lab(token: str, **env):
-    """`make lab` with this token (and env), headless; yields its base address.
+def make_lab(token: str, target: str = "lab", **env):
+    """`make lab` (or `make notebook`) with this token (and env), headless; yields its base
+    address.
 
     Stopping it leaves nothing behind: the server's kernels and their ranks are checked.
     """
@@ -32,7 +33,7 @@ def make_lab(token: str, **env):
     for name in ("DISPLAY", "WAYLAND_DISPLAY", "DDP_HELPERS_OUTPUT", "JUPYTER_CONFIG_PATH"):
         environ.pop(name, None)  # headless, and as a learner's lab prints: as it comes
     proc = subprocess.Popen(
-        ["make", "lab"],
+        ["make", target],
         cwd=ROOT,
         env=environ,
         stdout=subprocess.PIPE,
@@ -48,7 +49,7 @@ def make_lab(token: str, **env):
                     break
             except OSError:
                 assert proc.poll() is None, proc.stdout.read().decode()
-                assert time.monotonic() < deadline, "JupyterLab did not start in 120 s"
+                assert time.monotonic() < deadline, f"`make {target}` did not start in 120 s"
                 time.sleep(0.5)
         yield base
     finally:
@@ -56,4 +57,4 @@ def make_lab(token: str, **env):
         os.killpg(proc.pid, signal.SIGTERM)  # the server shuts its kernels down
         proc.wait(timeout=60)
         _, alive = psutil.wait_procs(family, timeout=20)
-        assert not alive, f"left running after `make lab` stopped: {alive}"
+        assert not alive, f"left running after `make {target}` stopped: {alive}"

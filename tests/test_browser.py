@@ -5,13 +5,15 @@ saved into the course) on a free port. In the browser: no pop-up on arrival; eac
 run from the Run menu with every code cell run, rank lines on the page, every check "not
 attempted" and no traceback; exercise 1.1 answered right and wrong; a hanging `%%ddp`
 cell stopped from the toolbar within 3 s, with the ranks' stacks, and the kernel still
-usable. A screenshot of each lesson goes to a temporary folder, named at the end of the
-run. The browser is the system's Chromium (`make test` installs Debian's as root) or
-Playwright's own; without one, these tests fail saying what to install.
+usable; then lesson 01 the same way in Jupyter Notebook 7 (`make notebook`). A screenshot
+of each lesson goes to a temporary folder, named at the end of the run. The browser is the
+system's Chromium (`make test` installs Debian's as root) or Playwright's own; without one,
+these tests fail saying what to install.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import tempfile
@@ -95,6 +97,15 @@ def _run_all(page, limit: float = 60) -> list[str]:
     _notebook(page).locator(".jp-Cell").first.click(position={"x": 8, "y": 8})
     count = len(_prompts(page))
     _run_menu(page, "Run All Cells")
+    # A click that reached the menu before the page was ready queues nothing: once queued,
+    # a cell's prompt says [*] at once. Then the menu is used again, once.
+    deadline = time.monotonic() + 15
+    while all(p.strip() == "[ ]:" for p in _prompts(page)):
+        if time.monotonic() > deadline:
+            _notebook(page).locator(".jp-Cell").first.click(position={"x": 8, "y": 8})
+            _run_menu(page, "Run All Cells")
+            break
+        time.sleep(0.25)
     return _wait_all_ran(page, count, limit)
 
 
@@ -154,7 +165,12 @@ def test_each_lesson_runs_clean_from_the_run_menu(lab, page, shots, lesson):
         time.sleep(0.2)
     prompts = _run_all(page)
     assert len(prompts) == code
-    text = _notebook(page).inner_text()
+    _assert_ran_clean(_notebook(page).inner_text(), lesson)
+    page.screenshot(path=shots / f"{name.removesuffix('.ipynb')}.png")
+
+
+def _assert_ran_clean(text: str, lesson: str) -> None:
+    """The page of a lesson run as handed out: rank lines, every check not attempted."""
     assert "[rank 0]" in text and "[rank 1]" in text
     exercises = exercises_of(lesson)
     for ex in exercises:
@@ -163,7 +179,6 @@ def test_each_lesson_runs_clean_from_the_run_menu(lab, page, shots, lesson):
     assert "✅" not in text and "❌" not in text and "💥" not in text
     assert "Traceback (most recent call last)" not in text
     assert "-" * 40 not in text  # IPython's banner above an error
-    page.screenshot(path=shots / f"{name.removesuffix('.ipynb')}.png")
 
 
 def test_exercise_1_1_typed_right_then_wrong(lab, page, shots):
@@ -214,3 +229,38 @@ def test_a_hanging_ddp_cell_stops_from_the_toolbar_with_the_ranks_stacks(lab, pa
     assert "rank 0:" in out and "rank 1:" in out and "time.sleep(600)" in out
     # The same kernel runs the next cell.
     _wait_for_output(_run_new_cell_below(page, "print(6 * 7)"), "42", 20)
+
+
+def test_make_notebook_runs_lesson_01_in_notebook_7(tmp_path, page, shots):
+    """`make notebook` (Jupyter Notebook 7, the course's settings): lesson 01 opens, every
+    cell comes into the page, Run All Cells runs it clean, and nothing pops up."""
+    shutil.copytree(ROOT / "lessons", tmp_path / "lessons")
+    nb = nbformat.read(tmp_path / "lessons" / FIRST, as_version=4)
+    code = sum(c.cell_type == "code" for c in nb.cells)
+    with make_lab(TOKEN, target="notebook", LAB_ROOT=str(tmp_path)) as base:
+        tab = page.context.browser.new_page(viewport={"width": 1280, "height": 900})
+        tab.set_default_timeout(60_000)
+        try:
+            tab.goto(f"{base}/?token={TOKEN}")
+            _notebook(tab).wait_for()
+            assert tab.url.endswith(f"/notebooks/lessons/{FIRST}")
+            tab.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").wait_for()
+            # The course's settings, as this page loaded them (Notebook 7's own defaults
+            # differ): no build prompts, every cell rendered.
+            config = json.loads(tab.locator("#jupyter-config-data").text_content())
+            assert config["buildCheck"] is False and config["buildAvailable"] is False
+            tracker = f"{base}{config['settingsUrl']}/@jupyterlab/notebook-extension:tracker"
+            fetch = "async url => (await (await fetch(url)).json()).schema.properties"
+            mode = tab.evaluate(fetch, f"{tracker}?token={TOKEN}")["windowingMode"]
+            assert mode["default"] == "none"
+            deadline = time.monotonic() + 30  # every cell in the page: windowingMode none
+            while (shown := _notebook(tab).locator(".jp-Cell").count()) != len(nb.cells):
+                assert time.monotonic() < deadline, f"{shown} of {len(nb.cells)} cells shown"
+                time.sleep(0.2)
+            assert len(_run_all(tab)) == code
+            _assert_ran_clean(_notebook(tab).inner_text(), "01")
+            assert tab.locator(".Toastify__toast").all_inner_texts() == []
+            assert tab.locator(".jp-Dialog").count() == 0
+            tab.screenshot(path=shots / "notebook7_01.png")
+        finally:
+            tab.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 
 import nbformat
 import pytest
@@ -134,3 +135,125 @@ def test_a_solution_outside_the_registry_and_a_listed_lesson_without_one_are_nam
     problems = build_lessons(solutions, lessons, listed={"08_next.ipynb"})
     assert any("solutions/07_demo.ipynb is not a lesson of the course" in p for p in problems)
     assert any("LESSONS lists solutions/08_next.ipynb, which does not exist" in p for p in problems)
+
+
+# ------------------------------------------------ Colab and Kaggle: badges and the set-up cell
+
+REPO = "https://github.com/example/ddp-course"
+
+
+def _course(tmp_path, url: str | None, readme: str | None = None):
+    """A course folder: one solution notebook, a pyproject.toml (Repository = url or none)."""
+    from conftest import ROOT
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    text = (ROOT / "pyproject.toml").read_text()
+    text = re.sub(r"(?ms)^\[project\.urls\].*?(?=^\[)", "", text)
+    if url is not None:
+        text = text.replace(
+            "[project.optional-dependencies]",
+            f'[project.urls]\nRepository = "{url}"\n\n[project.optional-dependencies]',
+        )
+    (tmp_path / "pyproject.toml").write_text(text)
+    (tmp_path / "solutions").mkdir()
+    nbformat.write(_notebook(), tmp_path / "solutions" / "07_demo.ipynb")
+    if readme is not None:
+        (tmp_path / "README.md").write_text(readme)
+    return dict(
+        solutions=tmp_path / "solutions",
+        lessons=tmp_path / "lessons",
+        pyproject=tmp_path / "pyproject.toml",
+        readme=tmp_path / "README.md" if readme is not None else None,
+    )
+
+
+def _built(course) -> nbformat.NotebookNode:
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert build_lessons(**course) == []
+    return nbformat.read(course["lessons"] / "07_demo.ipynb", as_version=4)
+
+
+def test_without_a_repository_a_lesson_gets_a_set_up_cell_and_no_badge_nor_install_line(
+    tmp_path,
+):
+    lesson = _built(_course(tmp_path, url=None))
+    title, setup = lesson.cells[0], lesson.cells[1]
+    assert title.source == "# Title" and setup.metadata["tags"] == ["course-setup"]
+    assert "%pip install PATH_OF_THE_COPY" in setup.source and "torch>=2.8,<2.16" in setup.source
+    text = nbformat.writes(lesson)
+    for nowhere in ("colab.research", "kaggle.com", "git+", "github.com"):
+        assert nowhere not in text
+
+
+def test_with_a_repository_each_lesson_gets_its_badges_and_an_install_line(tmp_path):
+    lesson = _built(_course(tmp_path, url=REPO))
+    title, badges, setup = lesson.cells[:3]
+    assert title.source == "# Title" and badges.metadata["tags"] == ["course-badges"]
+    assert badges.source == (
+        "[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
+        "(https://colab.research.google.com/github/example/ddp-course/blob/main/lessons/"
+        "07_demo.ipynb) "
+        "[![Open in Kaggle](https://kaggle.com/static/images/open-in-kaggle.svg)]"
+        "(https://kaggle.com/kernels/welcome?src=https://github.com/example/ddp-course/blob/"
+        "main/lessons/07_demo.ipynb)"
+    )
+    assert (
+        '%pip install --quiet "ddp-basics @ git+https://github.com/example/ddp-course@main" '
+        "\"torch=={version('torch')}\""
+    ) in setup.source
+    assert [c.id for c in lesson.cells[1:3]] == ["07-badges", "07-setup"]
+
+
+def test_a_branch_in_the_address_is_the_one_linked_and_installed(tmp_path):
+    lesson = _built(_course(tmp_path, url=REPO + "/tree/spring-2027"))
+    assert "/ddp-course/blob/spring-2027/lessons/07_demo.ipynb" in lesson.cells[1].source
+    assert "git+https://github.com/example/ddp-course@spring-2027" in lesson.cells[2].source
+
+
+def test_an_address_colab_cannot_open_is_an_error_saying_what_to_write(tmp_path):
+    course = _course(tmp_path, url="https://gitlab.com/example/ddp-course")
+    with pytest.raises(BuildError, match="not a GitHub address.*https://github.com/OWNER/NAME"):
+        build_lessons(**course)
+
+
+README = "# Course\n\nintro\n\n{block}\n## More\n"
+START = "<!-- lesson badges: python -m ddp_helpers build writes them -->"
+END = "<!-- end of lesson badges -->"
+
+
+def test_the_readme_block_gets_a_row_per_lesson_and_empties_without_a_repository(tmp_path):
+    course = _course(tmp_path, url=REPO, readme=README.format(block=f"{START}\n{END}"))
+    assert build_lessons(**course, check=True)[-1].startswith("README.md's lesson badges are out")
+    _built(course)
+    text = course["readme"].read_text()
+    assert text.startswith("# Course\n\nintro\n\n" + START) and text.endswith(END + "\n## More\n")
+    assert "| `07_demo` | [![Open In Colab](" in text
+    assert "(https://colab.research.google.com/github/example/ddp-course/blob/main/" in text
+    assert "(https://kaggle.com/kernels/welcome?src=https://github.com/example/" in text
+    assert build_lessons(**course, check=True) == []
+    _course(tmp_path / "again", url=None)  # the same course, the setting removed
+    course["pyproject"].write_text((tmp_path / "again" / "pyproject.toml").read_text())
+    _built(course)
+    assert course["readme"].read_text() == README.format(block=f"{START}\n{END}")
+
+
+def test_a_readme_without_the_block_is_fine_without_a_repository_and_named_with_one(tmp_path):
+    assert build_lessons(**_course(tmp_path / "a", url=None, readme="# Course\n")) == []
+    course = _course(tmp_path / "b", url=REPO, readme="# Course\n")
+    (problem,) = build_lessons(**course)
+    assert "README.md" in problem and START in problem and END in problem
+
+
+def test_the_set_up_cell_prints_nothing_where_the_package_is_and_says_how_where_it_is_not():
+    from ddp_helpers.authoring import build, links
+    from kernel_utils import error_of, run_cells, shown
+
+    repo = links.Repository("example", "ddp-course")
+    install = build.SETUP_INSTALL.format(requirement=repo.requirement, torch="torch>=2.8,<2.16")
+    from_copy = build.SETUP_FROM_COPY.format(torch="torch>=2.8,<2.16")
+    hide = 'import sys\nsys.modules["ddp_helpers"] = None  # a kernel without the course'
+    outputs = run_cells(install, from_copy, hide, from_copy)
+    assert outputs[:3] == [[], [], []]  # IPython read `%pip` in the except block, ran nothing
+    error = error_of(outputs[3])
+    assert error["ename"] == "ImportError"
+    assert "%pip install PATH_OF_THE_COPY" in shown(error) and "make lab" in shown(error)

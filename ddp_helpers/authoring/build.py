@@ -7,6 +7,8 @@ import re
 import time
 from pathlib import Path
 
+from . import links
+
 ROOT = Path(__file__).resolve().parents[2]
 # `# BEGIN SOLUTION (from exercise 2.2)`: a later lesson asks for an earlier answer again
 # (pasted in); its stub names that exercise and it does not count among this lesson's.
@@ -35,7 +37,46 @@ MESSAGES = {
     "wrote": "wrote lessons/{name} ({regions} exercises)",
     "in_sync": "lessons/ is in sync with solutions/ ({count} notebooks)",
     "executed": "executed solutions/{name} in {seconds:.1f} s",
+    "readme_stale": (
+        "README.md's lesson badges are out of date with pyproject.toml's [project.urls] "
+        "Repository: run `python -m ddp_helpers build` and commit the result."
+    ),
+    "readme_no_block": (
+        "pyproject.toml names a Repository, so README.md gets each lesson's Colab and Kaggle "
+        "badges, but it has no place for them: add the two lines `{start}` and `{end}` where "
+        "they belong, then run `python -m ddp_helpers build`."
+    ),
+    "wrote_readme": "wrote README.md's lesson badges ({count} lessons)",
 }
+
+# The cells `build` puts at the top of every lesson, after its title: the badges (only where
+# pyproject.toml names the repository) and the set-up, which prints nothing where the course's
+# package is already there (make lab, conda) and elsewhere installs it or says how.
+BADGES_TAG, SETUP_TAG = "course-badges", "course-setup"
+SETUP_INSTALL = """\
+# Set-up for Colab, Kaggle or your own Jupyter: installs the course's package where this kernel
+# lacks it, keeping the kernel's own torch (CPU or GPU). Under `make lab` it does nothing.
+try:
+    import ddp_helpers
+except ImportError:
+    from importlib.metadata import version
+
+    %pip install --quiet "{requirement}" "torch=={{version('torch')}}"
+    import ddp_helpers  # if not found: pip said why above ({torch}; Kaggle: Internet on)"""
+SETUP_FROM_COPY = """\
+# Set-up: the course's package, there under `make lab`. For another kernel (your own Jupyter,
+# VS Code, conda), install it first from a copy of the course: %pip install PATH_OF_THE_COPY
+try:
+    import ddp_helpers
+except ImportError:
+    raise ImportError(
+        "This lesson needs the course's package (ddp_helpers), which this kernel does not have. "
+        "Install it from a copy of the course (git clone or download) in a cell: "
+        "`%pip install PATH_OF_THE_COPY`. It keeps this kernel's torch if that is {torch}. "
+        "Or run `make lab` in the copy."
+    ) from None"""
+README_START = "<!-- lesson badges: python -m ddp_helpers build writes them -->"
+README_END = "<!-- end of lesson badges -->"
 
 
 class BuildError(Exception):
@@ -92,6 +133,43 @@ def make_lesson(nb, name: str):
     return lesson, regions
 
 
+def add_course_cells(lesson, name: str, repository, torch: str) -> None:
+    """Put the badges (with a repository) and the set-up cell after the lesson's title."""
+    from ..nbformat_quick import nbformat as _nbformat
+
+    v4 = _nbformat().v4
+    cells = []
+    if repository is not None:
+        cells.append(v4.new_markdown_cell(repository.badges(f"lessons/{name}")))
+        cells[-1].metadata["tags"] = [BADGES_TAG]
+        setup = SETUP_INSTALL.format(requirement=repository.requirement, torch=torch)
+    else:
+        setup = SETUP_FROM_COPY.format(torch=torch)
+    cells.append(v4.new_code_cell(setup))
+    cells[-1].metadata["tags"] = [SETUP_TAG]
+    for cell in cells:  # the same ids at every build (nbformat's own are random)
+        cell["id"] = f"{name[:2]}-{cell.metadata['tags'][0].removeprefix('course-')}"
+    lesson.cells[1:1] = cells
+
+
+def readme_badges(readme: str, repository, names: list[str]) -> str | None:
+    """README.md with its badge block rewritten; None when it has no block."""
+    if README_START not in readme or README_END not in readme:
+        return None
+    lines = []
+    if repository is not None:
+        lines = ["", "| lesson | Colab | Kaggle |", "| --- | --- | --- |"]
+        for name in names:
+            path = f"lessons/{name}"
+            colab = f"[![Open In Colab]({links.COLAB_BADGE})]({repository.colab(path)})"
+            kaggle = f"[![Open in Kaggle]({links.KAGGLE_BADGE})]({repository.kaggle(path)})"
+            lines.append(f"| `{Path(name).stem}` | {colab} | {kaggle} |")
+        lines.append("")
+    head, rest = readme.split(README_START, 1)
+    _, tail = rest.split(README_END, 1)
+    return head + README_START + "\n".join(lines) + "\n" + README_END + tail
+
+
 def _solutions(folder: Path) -> list[Path]:
     found = sorted(p for p in folder.glob("[0-9][0-9]_*.ipynb"))
     if not found:
@@ -104,15 +182,28 @@ def build_lessons(
     lessons: Path = ROOT / "lessons",
     check: bool = False,
     listed: set[str] | None = None,
+    *,
+    pyproject: Path | None = None,
+    readme: Path | None = None,
 ) -> list[str]:
     """Write lessons/ from solutions/, or with check=True list what is out of date.
 
     `listed`: the notebook names the course's lessons must have; by default, for the
-    project's own solutions/, those of the LESSONS registry.
+    project's own solutions/, those of the LESSONS registry. `pyproject`: where the
+    repository's address is read (badges, install line), `readme`: whose badge block is
+    written; by default, for the project's own lessons/, its pyproject.toml and README.md.
     """
     from ..nbformat_quick import nbformat as _nbformat
 
     nbformat = _nbformat()
+    own = Path(lessons) == ROOT / "lessons"
+    pyproject = pyproject or (ROOT / "pyproject.toml" if own else None)
+    readme = readme or (ROOT / "README.md" if own else None)
+    try:
+        repository = links.repository(pyproject) if pyproject else None
+    except links.LinkError as exc:
+        raise BuildError(str(exc)) from None
+    torch = links.torch_range(pyproject or ROOT / "pyproject.toml")
 
     if listed is None and Path(solutions) == ROOT / "solutions":
         from ..exercises import LESSONS, notebook_name
@@ -126,6 +217,7 @@ def build_lessons(
             problems.append(MESSAGES["unlisted"].format(name=path.name, number=path.name[:2]))
         nb = nbformat.read(path, as_version=4)
         lesson, regions = make_lesson(nb, path.name)
+        add_course_cells(lesson, path.name, repository, torch)
         text = nbformat.writes(lesson) + "\n"
         target = lessons / path.name
         if check:
@@ -142,9 +234,26 @@ def build_lessons(
     for extra in sorted(p.name for p in lessons.glob("[0-9][0-9]_*.ipynb")):
         if extra not in names:
             problems.append(MESSAGES["extra"].format(name=extra))
+    if readme is not None:
+        problems += _build_readme(readme, repository, sorted(names), check)
     if check and not problems:
         print(MESSAGES["in_sync"].format(count=len(names)))
     return problems
+
+
+def _build_readme(readme: Path, repository, names: list[str], check: bool) -> list[str]:
+    text = readme.read_text(encoding="utf-8")
+    new = readme_badges(text, repository, names)
+    if new is None:
+        if repository is None:
+            return []  # nothing to show, and no place for it: fine
+        return [MESSAGES["readme_no_block"].format(start=README_START, end=README_END)]
+    if check:
+        return [MESSAGES["readme_stale"]] if new != text else []
+    if new != text:
+        readme.write_text(new, encoding="utf-8")
+        print(MESSAGES["wrote_readme"].format(count=len(names) if repository else 0))
+    return []
 
 
 def execute_solutions(

@@ -1,0 +1,354 @@
+"""The course as a website (`make site`): the lessons with their outputs, for reading first.
+
+Each page is a lesson as `build` wrote it for the learner (stubs where the answers are, no
+`solution-only` cells) with the solution's stored outputs, so that a reader sees what every
+cell prints, a check's "correct" included, and no answer. Nothing is executed. Sphinx with
+MyST-NB and sphinx-book-theme (the engine of Jupyter Book 1) renders it offline; its
+configuration is `site/conf.py`. The built pages are then checked: every internal link
+resolves and no line of a reference answer appears anywhere in them.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from .build import BEGIN, END, ROOT, _solutions
+
+BINDER = "https://mybinder.org"
+COLAB = "https://colab.research.google.com"
+
+MESSAGES = {
+    "sphinx_failed": (
+        "The website did not build: Sphinx stopped on the warnings above (they count as "
+        "errors, so that the site in CI has none). Fix the notebook or site/conf.py they "
+        "name, then run `make site` again."
+    ),
+    "no_sphinx": (
+        "Building the website needs Sphinx, MyST-NB and sphinx-book-theme, which the dev "
+        'extra installs: run `make setup` (or `pip install -e ".[dev]"`), then `make site` again.'
+    ),
+    "no_lesson": (
+        "lessons/{name} is missing: the website shows the lessons as learners get them. Run "
+        "`python -m ddp_helpers build`, then `make site` again."
+    ),
+    "broken": "{page}: link to {target} does not resolve",
+    "leak": "{page}: the reference answer of exercise {id} shows: {line!r}",
+    "built": "built the website in {seconds:.1f} s: open {index}",
+    "checked": "checked {pages} pages: internal links resolve, no reference answer shows",
+}
+
+
+class SiteError(Exception):
+    """The website did not build or failed a check; the message says what to do."""
+
+
+def theme_options(repository) -> dict:
+    """sphinx-book-theme's options: Colab and Binder buttons only where there is a repository
+    (`links.repository`, the setting `build` makes the lessons' badges from)."""
+    options = {"home_page_in_toc": True, "show_toc_level": 2, "use_download_button": False}
+    if repository is not None:
+        options |= {
+            "repository_url": repository.url,
+            "repository_branch": repository.branch,
+            "path_to_docs": "lessons",  # the buttons open lessons/NN_*.ipynb, stubs and all
+            "use_repository_button": True,
+            "launch_buttons": {
+                "colab_url": COLAB,
+                "binderhub_url": BINDER,
+                "notebook_interface": "jupyterlab",
+            },
+        }
+    return options
+
+
+def course_lexer():
+    """IPython's Pygments lexer, also reading the body of a `%%ddp` cell as Python."""
+    from ipython_pygments_lexers import IPython3Lexer
+    from pygments.lexer import bygroups, using
+    from pygments.lexers import Python3Lexer
+    from pygments.token import Operator, Text
+
+    class CourseLexer(IPython3Lexer):
+        tokens = IPython3Lexer.tokens.copy()
+        tokens["root"] = [
+            (r"(?s)(\s*)(%%ddp)([^\n]*\n)(.*)", bygroups(Text, Operator, Text, using(Python3Lexer)))
+        ] + IPython3Lexer.tokens["root"]
+
+    return CourseLexer
+
+
+def site_notebook(solution, lesson):
+    """A page: the lesson's cells, each with the output that the same cell of the solution
+    stored.
+
+    A cell is the same when its id and its source are: a cell that held an answer has the
+    stub in the lesson and keeps no output, since what the answer printed could give it
+    away. A check's output stays: it shows what a right answer prints, and no code.
+    """
+    import copy
+
+    page = copy.deepcopy(lesson)
+    solved = {c.get("id"): c for c in solution.cells if c.cell_type == "code" and c.get("id")}
+    for cell in page.cells:
+        source = solved.get(cell.get("id"))
+        if cell.cell_type == "code" and source is not None and cell.source == source.source:
+            cell.outputs = copy.deepcopy(source.outputs)
+            cell.execution_count = source.execution_count
+    return page
+
+
+def write_sources(root: Path, src: Path) -> list[str]:
+    """Sphinx's source folder: site/index.md and a page per lesson."""
+    from ..nbformat_quick import nbformat as _nbformat
+
+    nbformat = _nbformat()
+    if src.exists():
+        shutil.rmtree(src)
+    src.mkdir(parents=True)
+    shutil.copy(root / "site" / "index.md", src / "index.md")
+    names = []
+    for path in _solutions(root / "solutions"):
+        lesson = root / "lessons" / path.name
+        if not lesson.is_file():
+            raise SiteError(MESSAGES["no_lesson"].format(name=path.name))
+        read = [nbformat.read(p, as_version=4) for p in (path, lesson)]
+        nbformat.write(site_notebook(*read), src / path.name)
+        names.append(path.name)
+    return names
+
+
+def build_site(root: Path = ROOT, out: Path | None = None, quiet: bool = True) -> Path:
+    """Build the website into out/html (default site/_build); return that folder."""
+    import importlib.util
+
+    if not all(importlib.util.find_spec(m) for m in ("sphinx", "myst_nb", "sphinx_book_theme")):
+        raise SiteError(MESSAGES["no_sphinx"])
+    out = Path(out) if out is not None else root / "site" / "_build"
+    write_sources(root, out / "src")
+    html_dir = out / "html"
+    if html_dir.exists():
+        shutil.rmtree(html_dir)
+    command = [sys.executable, "-m", "sphinx", "-b", "html", "-W", "--keep-going", "-E"]
+    command += ["-c", str(root / "site"), "-d", str(out / "doctrees")]
+    command += ["-q"] if quiet else []
+    command += [str(out / "src"), str(html_dir)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SiteError(f"{done.stdout}{done.stderr}\n{MESSAGES['sphinx_failed']}")
+    return html_dir
+
+
+def _pages(html_dir: Path) -> list[Path]:
+    """The site's pages; _static/ holds the theme's own files, Jinja macros among them."""
+    return sorted(p for p in html_dir.rglob("*.html") if "_static" not in p.parts)
+
+
+class _Links(HTMLParser):
+    """The ids of a page and the links (href, src) it holds."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.ids: set[str] = set()
+        self.links: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        for key, value in attrs:
+            if key in ("id", "name") and value:
+                self.ids.add(value)
+            elif key in ("href", "src") and value:
+                self.links.append(value)
+
+
+def broken_links(html_dir: Path) -> list[str]:
+    """Each link between the site's own files (pages, anchors, pictures, styles) that
+    does not resolve; links to other sites are not followed (no network)."""
+    pages = {}
+    for page in _pages(html_dir):
+        parser = _Links()
+        parser.feed(page.read_text(encoding="utf-8"))
+        pages[page.resolve()] = parser
+    problems = []
+    for page, parser in pages.items():
+        for link in parser.links:
+            parts = urlsplit(link)
+            if parts.scheme or parts.netloc or link.startswith(("mailto:", "javascript:")):
+                continue
+            target = (page.parent / unquote(parts.path)).resolve() if parts.path else page
+            if target.is_dir():
+                target = target / "index.html"
+            rel = page.relative_to(html_dir.resolve())
+            if not target.is_file() or not target.is_relative_to(html_dir.resolve()):
+                problems.append(MESSAGES["broken"].format(page=rel, target=link))
+            elif parts.fragment and target.suffix == ".html":
+                ids = pages[target].ids if target in pages else set()
+                if unquote(parts.fragment) not in ids:
+                    problems.append(MESSAGES["broken"].format(page=rel, target=link))
+    return problems
+
+
+# Lines that say nothing about an answer: punctuation, a bare keyword, a lone name.
+_TRIVIAL = re.compile(r"^(?:[\W_]*|(?:else|try|finally|pass|continue|break|return)\W*|\w+)$")
+
+
+def _normal(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _code_lines(lines: list[str]) -> list[str]:
+    """The lines without their comments (a leak may have dropped them)."""
+    import io
+    import textwrap
+    import tokenize
+
+    lines = textwrap.dedent("\n".join(lines)).split("\n")
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO("\n".join(lines) + "\n").readline))
+    except (tokenize.TokenError, SyntaxError):
+        return lines
+    for token in reversed(tokens):
+        if token.type == tokenize.COMMENT:
+            row, col = token.start
+            lines[row - 1] = lines[row - 1][:col]
+    return lines
+
+
+def _regions(cells, lesson: str) -> dict[str, list[str]]:
+    """A solution notebook's answer regions by exercise id, numbered as `build` does."""
+    found, inside, count = {}, None, 0
+    for cell in cells:
+        for line in cell.source.split("\n"):
+            m = BEGIN.match(line)
+            if m:
+                if m.group(2) is None:
+                    count += 1
+                inside = found.setdefault(m.group(2) or f"{lesson}.{count}", [])
+            elif END.match(line):
+                inside = None
+            elif inside is not None:
+                inside.append(line)
+    return found
+
+
+def _body_lines(source: str) -> list[str]:
+    """A reference answer's lines without its `def` line and docstring."""
+    import ast
+
+    tree = ast.parse(source)
+    if not (tree.body and isinstance(tree.body[0], ast.FunctionDef | ast.AsyncFunctionDef)):
+        return source.split("\n")
+    body = tree.body[0].body
+    if isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
+        body = body[1:] or body
+    lines = source.split("\n")
+    return lines[body[0].lineno - 1 : body[-1].end_lineno]
+
+
+def answer_lines(root: Path = ROOT) -> dict[str, set[str]]:
+    """Per exercise, the lines of its answers that would give them away on a page.
+
+    Taken from each `solution_source()` (what `.solution()` prints), from the solution
+    notebooks' regions, and the last hint whole (it all but gives the answer). A line that
+    the learner's own notebooks show anyway (in a stub, in prose, in an example) or that is
+    trivial (a lone keyword, name or bracket) gives nothing away.
+    """
+    from ..exercises import LESSONS, exercises_of, notebook_name
+    from ..nbformat_quick import nbformat as _nbformat
+
+    nbformat = _nbformat()
+    shown = "\n".join(
+        _normal(cell.source)
+        for path in sorted((root / "lessons").glob("[0-9][0-9]_*.ipynb"))
+        for cell in nbformat.read(path, as_version=4).cells
+    )
+    found: dict[str, set[str]] = {}
+    for lesson in LESSONS:
+        for ex in exercises_of(lesson):
+            lines = found.setdefault(ex.id, set())
+            lines.update(_code_lines(_body_lines(ex.solution_source())), ex.hints[-1:])
+        path = root / "solutions" / notebook_name(lesson)
+        if path.exists():
+            cells = nbformat.read(path, as_version=4).cells
+            for key, lines in _regions(cells, str(int(lesson))).items():
+                found.setdefault(key, set()).update(_code_lines(lines))
+    telling = {}
+    for key, lines in found.items():
+        kept = {_normal(x) for x in lines}
+        telling[key] = {
+            x for x in kept if not (_TRIVIAL.match(x) or x.startswith("#") or x in shown)
+        }
+    return telling
+
+
+def _page_text(path: Path) -> str:
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if path.suffix == ".html":
+        text = html.unescape(re.sub(r"<[^>]*>", "", text))
+    elif path.suffix == ".ipynb":  # its sources and outputs as text, not JSON-escaped
+        parts = []
+        for cell in json.loads(text).get("cells", []):
+            parts.append("".join(cell.get("source", "")))
+            for output in cell.get("outputs", []):
+                parts.append("".join(output.get("text", "")))
+                data = output.get("data", {})
+                parts += ["".join(v) for k, v in data.items() if k.startswith("text/")]
+        text = "\n".join(parts)
+    return _normal(text)
+
+
+def leaked_answers(html_dir: Path, lines: dict[str, set[str]]) -> list[str]:
+    """Each page of the site (any text file in it) that shows a line of a reference answer."""
+    problems = []
+    for path in sorted(p for p in html_dir.rglob("*") if p.is_file()):
+        if path.suffix not in (".html", ".ipynb", ".txt", ".js", ".json", ".md"):
+            continue
+        text = _page_text(path)
+        for key, telling in sorted(lines.items()):
+            for line in sorted(telling):
+                if line in text:
+                    page = path.relative_to(html_dir)
+                    problems.append(MESSAGES["leak"].format(page=page, id=key, line=line))
+    return problems
+
+
+def check_site(html_dir: Path, root: Path = ROOT) -> list[str]:
+    """What is wrong with a built site: broken internal links, answers shown."""
+    return broken_links(html_dir) + leaked_answers(html_dir, answer_lines(root))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`make site`: build, check, and say where the pages are."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m ddp_helpers.authoring.website", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--out", type=Path, help="the build folder (default site/_build)")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    try:
+        html_dir = build_site(out=args.out)
+    except SiteError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    seconds = time.monotonic() - started
+    print(MESSAGES["built"].format(seconds=seconds, index=html_dir / "index.html"), flush=True)
+    problems = check_site(html_dir)
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    if problems:
+        return 1
+    print(MESSAGES["checked"].format(pages=len(_pages(html_dir))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
