@@ -13,6 +13,23 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
+def processes_under(folder: Path) -> list[psutil.Process]:
+    """Processes (not this one) working in a folder under `folder`: what a run left there.
+
+    Everything a grading run starts works in a folder under the one it was given (the
+    grader's folder, or the TMPDIR given to it), so this finds them and nothing else.
+    """
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if p.pid != os.getpid() and p.status() != psutil.STATUS_ZOMBIE:
+                if Path(p.cwd()).is_relative_to(folder):
+                    found.append(p)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
 def _rank_processes() -> list[psutil.Process]:
     from ddp_helpers.launcher import client
 

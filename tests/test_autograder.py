@@ -23,7 +23,6 @@ from pathlib import Path
 
 import jsonschema
 import nbformat
-import psutil
 import pytest
 from fixtures.submissions import (
     ENDLESS,
@@ -34,6 +33,7 @@ from fixtures.submissions import (
     short,
 )
 
+from conftest import processes_under
 from ddp_helpers.exercises import LESSONS, exercises_of
 from ddp_helpers.grading import autograder
 
@@ -54,19 +54,6 @@ def _extra_case_lines() -> set[str]:
         for line in inspect.getsource(ex._hidden).splitlines()[1:]
         if len(line.strip()) > 20 and not line.strip().startswith(("#", '"""', "raise Wrong"))
     }
-
-
-def _left_under(folder: Path) -> list[psutil.Process]:
-    """Processes still working in a folder under `folder` (kernels, ranks, escapees)."""
-    found = []
-    for p in psutil.process_iter():
-        try:
-            if p.pid != os.getpid() and p.status() != psutil.STATUS_ZOMBIE:
-                if Path(p.cwd()).is_relative_to(folder):
-                    found.append(p)
-        except (psutil.Error, OSError):
-            continue
-    return found
 
 
 class Gradescope:
@@ -146,7 +133,7 @@ class Gradescope:
             "run": run,
             "text": results.read_text() if results.exists() else "",
             "data": json.loads(results.read_text()) if results.exists() else None,
-            "left": _left_under(self.root),
+            "left": processes_under(self.root),
             "temporary": sorted(p.name for p in (self.root / "tmp").iterdir()),
         }
 

@@ -29,6 +29,7 @@ import psutil
 import pytest
 from fixtures.submissions import ESCAPEE_SECONDS, NAMES, make_submissions
 
+from conftest import processes_under
 from ddp_helpers import grading
 from ddp_helpers.exercises import exercises_of, lesson01, lesson02
 from ddp_helpers.grading import (
@@ -47,23 +48,6 @@ from ddp_helpers.procs import with_this_package
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 6  # a short notebook runs in 2-4 s here, two at a time
-
-
-def _grader_processes(tmp: Path) -> list[psutil.Process]:
-    """Processes left by a grading run under tmp: workers, kernels, scorers, ranks, escapees.
-
-    Everything a run starts works in a folder under tmp (the grader's folder, or the
-    TMPDIR given to it), so this finds them and nothing else that runs on the machine.
-    """
-    found = []
-    for p in psutil.process_iter():
-        try:
-            if p.pid != os.getpid() and p.status() != psutil.STATUS_ZOMBIE:
-                if Path(p.cwd()).is_relative_to(tmp):
-                    found.append(p)
-        except (psutil.Error, OSError):
-            continue
-    return found
 
 
 def _env(tmp: Path, tmpdir: Path | None = None) -> dict:
@@ -106,7 +90,7 @@ def batch(tmp_path_factory):
         cwd=tmp,
         tmpdir=tmpdir,
     )
-    left = _grader_processes(tmp) + _grader_processes(tmpdir)
+    left = processes_under(tmp) + processes_under(tmpdir)
     temporary = list(tmpdir.iterdir())
     shutil.rmtree(tmpdir)
     with open(tmp / "grades.csv", newline="") as f:
@@ -185,7 +169,7 @@ def endless(tmp_path_factory):
         "rows": rows,
         "feedback": text,
         "gradescope": gradescope,
-        "left": _grader_processes(tmp),
+        "left": processes_under(tmp),
     }
 
 
@@ -996,7 +980,7 @@ def test_ctrl_c_stops_the_batch_and_everything_it_started(tmp_path):
     assert "Interrupted: 1 of 2 graded" in err
     rows = list(csv.DictReader(open(tmp_path / "grades.csv", newline="")))
     assert [r["status"] for r in rows] == ["invalid"]
-    assert not _grader_processes(tmp_path)
+    assert not processes_under(tmp_path)
     assert not list((tmp_path / "tmpdir").iterdir())
 
 
@@ -1022,7 +1006,7 @@ def test_a_worker_killed_from_outside_costs_its_row_only_and_leaves_nothing(tmp_
     assert rows[f"subs/malformed/{NAMES['01']}"]["status"] == "invalid"  # and the batch went on
     text = (tmp_path / "feedback" / f"subs__endless_loop__{NAMES['02'][:-6]}.md").read_text()
     assert "was killed by SIGKILL from outside" in text
-    assert not _grader_processes(tmp_path)
+    assert not processes_under(tmp_path)
     assert not list((tmp_path / "tmpdir").iterdir())
 
 
