@@ -56,6 +56,17 @@ def lead_group(pid: int) -> None:
         os.setpgid(pid, pid)
 
 
+def nproc_limit() -> int | None:
+    """This user's soft limit on processes (RLIMIT_NPROC, `ulimit -u`); None if unlimited."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+    except (ImportError, AttributeError, OSError, ValueError):
+        return None
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
 def signal_group(pid: int, sig: int) -> None:
     """Send sig to pid's process group (its own children too), or to pid alone if it has none.
 

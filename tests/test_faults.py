@@ -12,6 +12,7 @@ import os
 import socket
 import time
 
+import psutil
 import pytest
 
 from ddp_helpers import DistributedError, launch, spawn
@@ -205,11 +206,45 @@ def test_two_kernels_launching_at_the_same_moment_never_collide(tmp_path):
         assert proc.returncode == 0 and out.strip() == "ok", err[-2000:]
 
 
-def test_far_more_ranks_than_cores_warns(capsys):
-    cores = len(os.sched_getaffinity(0))
-    launch(lambda: None, nprocs=4 * cores + 1)
+def test_far_more_ranks_than_cores_warns(capsys, monkeypatch):
+    # Two cores, faked: on a 64-core machine 4 x cores + 1 would be 257 real ranks.
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    launch(lambda: None, nprocs=9)
     err = capsys.readouterr().err
-    assert f"warning: {4 * cores + 1} ranks on {cores} CPU cores" in err
+    assert "warning: 9 ranks on 2 CPU cores" in err
+
+
+def test_seventy_ranks_start_and_return():
+    # Four pipes per rank: 281 descriptors, more than one socket message can carry.
+    start = time.monotonic()
+    results = launch(os.getpid, nprocs=70, timeout=60)
+    assert len(set(results)) == 70
+    assert time.monotonic() - start < 30
+
+
+def test_a_rank_that_cannot_be_forked_is_named_and_the_launcher_lives_on(monkeypatch):
+    from ddp_helpers.launcher import client
+
+    launch(lambda: None, nprocs=2)
+    zygote = client.running()
+    # The zygote's fork of rank 10 fails with EAGAIN (a test-only hook in zygote.py), as
+    # under RLIMIT_NPROC: ranks 0-9, already started, must be stopped.
+    monkeypatch.setenv("DDP_HELPERS_TEST_FORK_FAILS_AT", "10")
+    start = time.monotonic()
+    with pytest.raises(DistributedError) as info:
+        launch(time.sleep, 60, nprocs=12, timeout=30)
+    assert time.monotonic() - start < 10
+    err = info.value
+    assert err.kind == "start" and err.rank == 10
+    assert "Rank 10 of 12 could not be started" in str(err)
+    assert "Resource temporarily unavailable" in str(err)
+    assert "helper process died" not in str(err)
+    monkeypatch.delenv("DDP_HELPERS_TEST_FORK_FAILS_AT")
+    left = [p.name() for p in psutil.Process(zygote.proc.pid).children()]
+    assert all(name == "ddp-spare" for name in left), left
+    assert client.running() is zygote  # the same, healthy zygote
+    assert sorted(launch(lambda: os.environ["RANK"], nprocs=2)) == ["0", "1"]
+    assert client.running() is zygote
 
 
 def save_twice_dying_in_the_second(path):

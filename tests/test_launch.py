@@ -566,3 +566,28 @@ def test_stop_pressed_while_the_zygote_is_still_busy_stops_at_once(no_leftovers)
         launch(_sleep_long, nprocs=2)  # requested while the zygote imports torch._dynamo
     assert time.monotonic() - start < 2.5
     assert list(launch(_nothing, nprocs=2)) == [None, None]  # and the next launch works
+
+
+def test_wire_carries_more_descriptors_than_one_message_can():
+    import socket
+
+    from ddp_helpers.launcher import wire
+
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    pipes = [os.pipe() for _ in range(2 * wire.MAX_FDS + 3)]
+    try:
+        wire.send(a, {"op": "first"}, [w for _, w in pipes])
+        wire.send(a, {"op": "second"})
+        msg, fds = wire.recv(b)
+        assert msg == {"op": "first"} and len(fds) == len(pipes)
+        for i, ((r, _), fd) in enumerate(zip(pipes, fds, strict=True)):  # in order
+            os.write(fd, str(i).encode())
+            os.close(fd)
+            assert os.read(r, 16) == str(i).encode()
+        assert wire.recv(b) == ({"op": "second"}, [])
+    finally:
+        a.close()
+        b.close()
+        for r, w in pipes:
+            os.close(r)
+            os.close(w)

@@ -20,6 +20,7 @@ from .failures import (
     RankFailure,
     failure_of,
     failure_report,
+    start_failure_error,
     timeout_report,
 )
 from .output import OutputRouter
@@ -173,6 +174,9 @@ def _outcome(run: Run) -> Results:
             parts += [f"rank {r.rank}:\n{render_stack(r.stack)}" for r in stacks]
             print("\n\n".join(parts), file=sys.stderr, flush=True)
         raise KeyboardInterrupt
+    if run.start_failure is not None:
+        f = run.start_failure
+        raise start_failure_error(f["rank"], run.nprocs, f["error"], f["nproc_limit"])
     if run.launcher_died:
         client.shutdown()
         raise DistributedError(FAILURE_MESSAGES["launcher_died"], kind="launcher")

@@ -8,14 +8,20 @@ import subprocess
 import sys
 import threading
 
-from ..procs import with_this_package
+from ..procs import nproc_limit, with_this_package
 from . import torch_compat, wire
+from .failures import MESSAGES as FAILURE_MESSAGES
 from .failures import DistributedError
 
 MESSAGES = {
     "launcher_broken": (
         "The launcher could not start its helper process: {error}. Check that torch is "
         "installed in this kernel's environment (run `make lab` to set it up)."
+    ),
+    "no_process": (
+        "The launcher could not start its helper process: the system refused to create "
+        "another process ({error}). {limit}End other processes of yours, then run the cell "
+        "again."
     ),
 }
 
@@ -34,15 +40,24 @@ class ZygoteClient:
         # once, when it loads, here in the zygote (api.py repeats it for what ranks start).
         env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
         env = with_this_package(env)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ddp_helpers.launcher.zygote", str(child.fileno())],
-            pass_fds=[child.fileno()],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,  # the notebook's interrupt (SIGINT to the group) skips it
-        )
-        child.close()
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "ddp_helpers.launcher.zygote", str(child.fileno())],
+                pass_fds=[child.fileno()],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,  # the notebook's interrupt (SIGINT to the group) skips it
+            )
+        except OSError as exc:  # no process to be had (RLIMIT_NPROC): say so, not EAGAIN
+            parent.close()
+            limit = nproc_limit()
+            limit = FAILURE_MESSAGES["nproc_limit"].format(limit=limit) if limit else ""
+            raise DistributedError(
+                MESSAGES["no_process"].format(error=exc, limit=limit), kind="launcher"
+            ) from None
+        finally:
+            child.close()
         self.sock = parent
         self.pid = os.getpid()
         self.ready = False
@@ -113,7 +128,10 @@ def start() -> None:
     global _zygote
     with _lock:
         if _zygote is None or not _zygote.alive():
-            _zygote = ZygoteClient()
+            try:
+                _zygote = ZygoteClient()
+            except DistributedError:  # no process to be had: the launch that needs it says so
+                _zygote = None
 
 
 def running() -> ZygoteClient | None:

@@ -51,6 +51,15 @@ MESSAGES = {
         "`if rank == 0:`, fails like this or hangs."
     ),
     "no_stack": "rank {rank}: gave no stack (it did not answer the dump signal)",
+    "cannot_start": (
+        "Rank {rank} of {nprocs} could not be started: the system refused to create another "
+        "process ({error}). {limit}Each rank is a process: launch fewer ranks, or end other "
+        "processes of yours, then run the cell again. The ranks already started were stopped."
+    ),
+    "nproc_limit": (
+        "This user may run at most {limit} processes and threads at once (RLIMIT_NPROC, "
+        "`ulimit -u`), counting every process of theirs on the machine. "
+    ),
     "launcher_died": (
         "The launcher's helper process died unexpectedly, so the ranks were stopped. Run the "
         "cell again; if it keeps happening, restart the kernel."
@@ -217,7 +226,9 @@ class DistributedError(RuntimeError):
         original: BaseException | None = None,
     ):
         super().__init__(message)
-        self.kind = kind  # "exception", "exit", "signal", "timeout" or "launcher"
+        # "exception", "exit", "signal", "timeout", "launcher" or "start" (a rank that
+        # could not be started: `rank` says which)
+        self.kind = kind
         self.failures = dict(failures or {})
         self.rank = rank
         self.report = report or message
@@ -287,6 +298,15 @@ class DistributedError(RuntimeError):
         """A rank aborted inside a collective: the ranks called different collectives."""
         f = self._blamed()
         return bool(f and f.signal == "SIGABRT" and C10D_FRAME in (f.stack or ""))
+
+
+def start_failure_error(
+    rank: int, nprocs: int, error: str, nproc_limit: int | None
+) -> DistributedError:
+    """The error for a rank that could not be started (its fork failed): which, and why."""
+    limit = MESSAGES["nproc_limit"].format(limit=nproc_limit) if nproc_limit is not None else ""
+    paragraph = MESSAGES["cannot_start"].format(rank=rank, nprocs=nprocs, error=error, limit=limit)
+    return DistributedError(paragraph, kind="start", rank=rank)
 
 
 def _picklable(exc):

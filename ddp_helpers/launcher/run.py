@@ -64,6 +64,9 @@ class Run:
         self.timed_out = False
         self.interrupted = False
         self.launcher_died = False
+        # The zygote's "failed": a rank it could not fork ({"rank", "error", "nproc_limit"});
+        # it stopped the ranks already forked, and stays up.
+        self.start_failure: dict | None = None
         self.done = False
 
     @property
@@ -132,6 +135,9 @@ class Run:
     def _step(self) -> None:
         now = time.monotonic()
         self._check_deadlines(now)
+        if self.start_failure is not None:  # no rank of this run is left to wait for
+            self._finish()
+            return
         # Past this, a rank that was SIGKILLed and never reported means the zygote is wedged.
         give_up = 1.5 if self.interrupted else 5.0
         if self.killed and now - self.stop_sent_at > give_up:
@@ -176,7 +182,7 @@ class Run:
             state.record.exited_at = time.monotonic()
             state.record.stopped = self.stop_sent_at is not None
         elif msg["op"] == "failed":
-            self.launcher_died = True
+            self.start_failure = msg
 
     def _on_pipe(self, fd: int) -> None:
         rank, kind = self.fds[fd]

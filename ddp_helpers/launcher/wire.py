@@ -46,13 +46,24 @@ class MessageReader:
         return bool(self._buf)
 
 
+# Sent ahead of a message with more than MAX_FDS descriptors, carrying MAX_FDS of them
+# each; recv() collects them and returns them with the message that follows.
+_MORE_FDS = "ddp_helpers.wire.more_fds"
+
+
 def send(sock: socket.socket, obj, fds=()) -> None:
-    """Send one message over a Unix stream socket, with file descriptors attached."""
+    """Send one message over a Unix stream socket, with any number of descriptors attached."""
+    fds = list(fds)
+    while len(fds) > MAX_FDS:  # each message carries MAX_FDS at most (the kernel: 253)
+        _send_one(sock, _MORE_FDS, fds[:MAX_FDS])
+        fds = fds[MAX_FDS:]
+    _send_one(sock, obj, fds)
+
+
+def _send_one(sock: socket.socket, obj, fds: list[int]) -> None:
     data = pack(obj)
     if fds:
-        if len(fds) > MAX_FDS:
-            raise ValueError(f"too many file descriptors in one message ({len(fds)})")
-        sent = socket.send_fds(sock, [data], list(fds))
+        sent = socket.send_fds(sock, [data], fds)
         data = data[sent:]
     if data:  # sendall(b"") fails with EPIPE once the reader has read all and closed
         sock.sendall(data)
@@ -68,6 +79,15 @@ def _recv_exact(sock: socket.socket, n: int, into: bytearray) -> None:
 
 def recv(sock: socket.socket):
     """Receive one message and the file descriptors sent with it; EOFError at end."""
+    fds: list[int] = []
+    while True:
+        obj, more = _recv_one(sock)
+        fds += more
+        if not (isinstance(obj, str) and obj == _MORE_FDS):
+            return obj, fds
+
+
+def _recv_one(sock: socket.socket):
     head, fds, _flags, _addr = socket.recv_fds(sock, _HEADER.size, MAX_FDS)
     if not head:
         raise EOFError("the other end closed the connection")

@@ -8,6 +8,7 @@ its ranks die with it (parent-death signal).
 
 from __future__ import annotations
 
+import errno
 import gc
 import os
 import select
@@ -15,7 +16,14 @@ import signal
 import socket
 import sys
 
-from ..procs import die_with_parent, lead_group, load_libc, set_process_name, signal_group
+from ..procs import (
+    die_with_parent,
+    lead_group,
+    load_libc,
+    nproc_limit,
+    set_process_name,
+    signal_group,
+)
 from . import torch_compat, wire
 
 # Imported when the zygote is first idle, not before its first launch: DDP touches
@@ -207,8 +215,14 @@ class Zygote:
         req["compat"] = self.compat
         self.pool_size = min(nprocs, self.MAX_SPARES)
         pids = []
+        # Test-only: the rank named here cannot be forked (EAGAIN, as under RLIMIT_NPROC,
+        # which root, who runs the tests, is exempt from). tests/test_faults.py sets it.
+        fork_fails_at = req["env"].get("DDP_HELPERS_TEST_FORK_FAILS_AT")
+        rank = 0
         try:
             for rank in range(nprocs):
+                if str(rank) == fork_fails_at:
+                    raise BlockingIOError(errno.EAGAIN, os.strerror(errno.EAGAIN))
                 # Four pipes per rank; rank 0 also gets the store's listening socket.
                 mine = tuple(fds[4 * rank : 4 * rank + 4]) + (tuple(fds[-1:]) if rank == 0 else ())
                 pid = self._use_spare(req, rank, mine)
@@ -220,9 +234,26 @@ class Zygote:
                 self.children[pid] = (req["id"], rank)
                 pids.append(pid)
         except OSError as exc:
+            # Rank `rank` could not be forked (a process limit, no memory): stop and reap
+            # the ranks already started, so none is left and none reports an exit, and
+            # say which rank and why. This zygote is fine and serves the next launch.
             for pid in pids:
                 signal_group(pid, signal.SIGKILL)
-            self.reply({"op": "failed", "id": req["id"], "error": f"fork failed: {exc}"})
+            for pid in pids:
+                self.children.pop(pid, None)
+                try:
+                    os.waitpid(pid, 0)
+                except ChildProcessError:
+                    pass
+            self.reply(
+                {
+                    "op": "failed",
+                    "id": req["id"],
+                    "rank": rank,
+                    "error": str(exc),
+                    "nproc_limit": nproc_limit(),
+                }
+            )
             return
         self.reply({"op": "started", "id": req["id"]})
 
