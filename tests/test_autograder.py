@@ -11,7 +11,6 @@ does there comes first on PATH, and DDP_HELPERS_SANDBOX=1 is set; grading must n
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import shutil
@@ -33,8 +32,7 @@ from fixtures.submissions import (
     short,
 )
 
-from conftest import processes_under
-from ddp_helpers.exercises import LESSONS, exercises_of
+from conftest import extra_case_lines, processes_under
 from ddp_helpers.grading import autograder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,18 +40,6 @@ SCHEMA = json.loads(
     (Path(__file__).parent / "fixtures" / "gradescope_results.schema.json").read_text()
 )
 BLOCKED_BWRAP = "#!/bin/sh\necho 'bwrap: No permissions to creating new namespace' >&2\nexit 1\n"
-
-
-def _extra_case_lines() -> set[str]:
-    """Lines of the grader's extra cases' code, long enough to be telling."""
-    return {
-        line.strip()
-        for lesson in LESSONS
-        for ex in exercises_of(lesson)
-        if ex._hidden is not None
-        for line in inspect.getsource(ex._hidden).splitlines()[1:]
-        if len(line.strip()) > 20 and not line.strip().startswith(("#", '"""', "raise Wrong"))
-    }
 
 
 class Gradescope:
@@ -269,7 +255,7 @@ def test_nothing_is_left_running_or_on_disk(lesson04, hanging):
 
 
 def test_no_output_holds_the_code_of_the_extra_cases(lesson04, hanging):
-    lines = _extra_case_lines()
+    lines = extra_case_lines()
     assert lines  # the extra cases have code to leak
     for name, run in _all_runs(lesson04, hanging).items():
         for where, text in (

@@ -29,7 +29,7 @@ import psutil
 import pytest
 from fixtures.submissions import ESCAPEE_SECONDS, NAMES, make_submissions
 
-from conftest import processes_under
+from conftest import extra_case_lines, processes_under
 from ddp_helpers import grading
 from ddp_helpers.exercises import exercises_of, lesson01, lesson02
 from ddp_helpers.grading import (
@@ -300,18 +300,7 @@ def test_gradescope_shows_the_extra_cases_only_once_published(batch):
 
 
 def test_no_output_holds_the_code_of_the_extra_cases(batch):
-    import inspect
-
-    from ddp_helpers.exercises import LESSONS
-
-    lines = {
-        line.strip()
-        for lesson in LESSONS
-        for ex in exercises_of(lesson)
-        if ex._hidden is not None
-        for line in inspect.getsource(ex._hidden).splitlines()[1:]
-        if len(line.strip()) > 20 and not line.strip().startswith(("#", '"""', "raise Wrong"))
-    }
+    lines = extra_case_lines()
     assert lines  # the extra cases have code to leak
     outputs = [
         *(batch["tmp"] / "gradescope").rglob("*.json"),
