@@ -36,10 +36,17 @@ lock: $(STAMP)
 # Without a display (a server, a container, CI) it prints the address instead of opening a browser.
 # The course's own JupyterLab settings (jupyter/: no news pop-up, no build prompts) come first
 # on JUPYTER_CONFIG_PATH; LAB_ROOT is the folder served (the tests serve a copy).
+# The Japanese edition (lessons/ja/, JupyterLab's menus in Japanese): `make lab LANG=ja`; a
+# shell whose LANG is Japanese (ja_JP.UTF-8) gets it too. COURSE_LANG=en forces English.
 LAB_ROOT ?= $(CURDIR)
-FIRST_LESSON := lessons/01_rank_and_world_size.ipynb
+COURSE_LANG ?= $(if $(filter ja%,$(LANG)),ja,en)
+LESSONS_DIR := $(if $(filter ja,$(COURSE_LANG)),lessons/ja,lessons)
+LAB_CONFIG := $(if $(filter ja,$(COURSE_LANG)),$(CURDIR)/jupyter/ja:)$(CURDIR)/jupyter
+FIRST_LESSON := $(LESSONS_DIR)/01_rank_and_world_size.ipynb
+# LANG=ja names no locale: the programs started get a real one.
+LOCALE_ENV := $(if $(filter ja,$(LANG)),LANG=C.UTF-8)
 lab: $(STAMP)
-	JUPYTER_CONFIG_PATH="$(CURDIR)/jupyter$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
+	$(LOCALE_ENV) JUPYTER_CONFIG_PATH="$(LAB_CONFIG)$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
 	$(BIN)/jupyter lab --ServerApp.ip=$(HOST) --ServerApp.port=$(PORT) \
 		--ServerApp.port_retries=0 --ServerApp.root_dir="$(LAB_ROOT)" \
 		--LabApp.default_url=/lab/tree/$(FIRST_LESSON) \
@@ -47,9 +54,9 @@ lab: $(STAMP)
 		$$( [ -z "$$DISPLAY$$WAYLAND_DISPLAY" ] && [ "$$(uname)" != Darwin ] && echo --no-browser )
 
 # The same course in Jupyter Notebook 7 (a notebook per browser tab), with the same settings,
-# PORT, HOST and LAB_ROOT, on lesson 01.
+# PORT, HOST, LAB_ROOT and LANG, on lesson 01.
 notebook: $(STAMP)
-	JUPYTER_CONFIG_PATH="$(CURDIR)/jupyter$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
+	$(LOCALE_ENV) JUPYTER_CONFIG_PATH="$(LAB_CONFIG)$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
 	$(BIN)/jupyter notebook --ServerApp.ip=$(HOST) --ServerApp.port=$(PORT) \
 		--ServerApp.port_retries=0 --ServerApp.root_dir="$(LAB_ROOT)" \
 		--JupyterNotebookApp.default_url=/notebooks/$(FIRST_LESSON) \
@@ -60,7 +67,8 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# Tests need bubblewrap (the grader's sandbox) and Chromium (pages looked at in a browser).
+# Tests need bubblewrap (the grader's sandbox), Chromium (pages looked at in a browser) and a
+# Japanese font for it (the Japanese edition's pages).
 # As root with apt (CI, containers) Debian's packages are installed; otherwise Chromium is
 # Playwright's own download, and a missing bubblewrap is named. Tests that need what is
 # still missing fail with a message saying how to get it: they never skip.
@@ -68,6 +76,7 @@ system-deps: $(STAMP)
 	@missing=""; command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
 	command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
 		missing="$$missing chromium"; \
+	fc-list :lang=ja 2>/dev/null | grep -q . || missing="$$missing fonts-ipafont-gothic"; \
 	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		echo "installing$$missing for the tests"; \
 		apt-get install -y -qq $$missing >/dev/null 2>&1 || \
@@ -81,10 +90,16 @@ system-deps: $(STAMP)
 		case "$$missing" in *bubblewrap*) \
 			echo "note: no bubblewrap: the sandbox tests will fail (sudo apt-get install bubblewrap)";; \
 		esac; \
+		case "$$missing" in *fonts-ipafont-gothic*) \
+			echo "note: no Japanese font: the Japanese browser test will fail (sudo apt-get install fonts-ipafont-gothic)";; \
+		esac; \
 	fi
 
+# The tests run in parallel, one worker per core (at most 4), each test file on one worker
+# (its fixtures, a JupyterLab or a graded batch, are made once); `pytest` alone runs them in
+# one process.
 test: $(STAMP) lint system-deps
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --maxprocesses 4 --dist loadfile
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/launch_overhead.py

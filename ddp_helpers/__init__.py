@@ -1,8 +1,18 @@
 """DDP Basics helpers: launch code on N ranks from a notebook, check exercises, grade."""
 
+from .i18n import use as use_language
 from .launcher import DistributedError, Results, launch, run_cell, shutdown, spawn, warm_up
 
-__all__ = ["DistributedError", "Results", "launch", "run_cell", "shutdown", "spawn", "warm_up"]
+__all__ = [
+    "DistributedError",
+    "Results",
+    "launch",
+    "run_cell",
+    "shutdown",
+    "spawn",
+    "use_language",
+    "warm_up",
+]
 
 
 def load_ipython_extension(ipython):

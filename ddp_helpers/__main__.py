@@ -6,10 +6,11 @@ import argparse
 import os
 import sys
 
+from .authoring.translations import EDITIONS
 from .exercises import LESSONS
 from .grading.batch import DEFAULT_TIMEOUT
 from .grading.gradescope import VISIBILITIES
-from .grading.sandbox import DEFAULT_TASKS
+from .grading.sandbox import DEFAULT_TASKS, sandbox_from_env
 
 
 def _interrupt_on_termination() -> None:
@@ -42,6 +43,15 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _env_name(text: str) -> str:
+    from .grading.sandbox import env_name
+
+    try:
+        return env_name(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _pattern(text: str):
     from .grading.submissions import student_pattern
 
@@ -54,6 +64,21 @@ def _pattern(text: str):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ddp_helpers", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
+    for add in (_add_build, _add_export, _add_grade, _add_pace, _add_autograder, _add_merge):
+        add(commands)
+    args = parser.parse_args(argv)
+    return args.run(args, parser)
+
+
+def _error(exc) -> int:
+    print(f"error: {exc}", file=sys.stderr)
+    return 2
+
+
+# ---------------------------------------------------------------- build
+
+
+def _add_build(commands) -> None:
     build = commands.add_parser("build", help="write lessons/ from solutions/")
     how = build.add_mutually_exclusive_group()
     how.add_argument(
@@ -71,9 +96,61 @@ def main(argv: list[str] | None = None) -> int:
         choices=sorted(LESSONS),
         help="with --execute: run only this lesson's solution notebook (repeatable)",
     )
+    build.add_argument(
+        "--lang",
+        action="append",
+        choices=["en", *EDITIONS],
+        help="with --execute: run only this edition's notebooks (repeatable; default: all)",
+    )
+    build.set_defaults(run=_build)
+
+
+def _build(args, parser) -> int:
+    from .authoring.build import BuildError, build_lessons, execute_solutions
+
+    try:
+        if (args.only or args.lang) and not args.execute:
+            parser.error(
+                "--only and --lang go with --execute: build --check and build always see "
+                "every lesson"
+            )
+        if args.execute:
+            if args.lang != ["en"]:  # the translated solutions take the English code first
+                build_lessons()
+            execute_solutions(only=args.only, languages=args.lang)
+        problems = build_lessons(check=args.check)
+    except BuildError as exc:
+        return _error(exc)
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+# ---------------------------------------------------------------- export
+
+
+def _add_export(commands) -> None:
     export = commands.add_parser("export", help="a notebook's training code as a torchrun script")
     export.add_argument("notebook", help="e.g. solutions/04_sampler_and_checkpoint.ipynb")
     export.add_argument("-o", "--output", default="train.py", help="the script to write")
+    export.set_defaults(run=_export)
+
+
+def _export(args, parser) -> int:
+    from .authoring.export import ExportError
+    from .authoring.export import export as export_notebook
+
+    try:
+        print(export_notebook(args.notebook, args.output))
+    except (ExportError, OSError) as exc:
+        return _error(exc)
+    return 0
+
+
+# ---------------------------------------------------------------- grade
+
+
+def _add_grade(commands) -> None:
     grade = commands.add_parser(
         "grade",
         help="run and score learners' notebooks; write a CSV of grades",
@@ -103,7 +180,12 @@ def main(argv: list[str] | None = None) -> int:
         choices=sorted(LESSONS),
         help="the lesson asked for: notebooks of other lessons are invalid",
     )
-    outputs = grade.add_argument_group("for an LMS, Gradescope and the instructor")
+    _add_grade_outputs(grade.add_argument_group("for an LMS, Gradescope and the instructor"))
+    _add_confinement(grade.add_argument_group("confinement of each submission"))
+    grade.set_defaults(run=_grade)
+
+
+def _add_grade_outputs(outputs) -> None:
     outputs.add_argument(
         "--student-from",
         metavar="PATTERN",
@@ -125,13 +207,26 @@ def main(argv: list[str] | None = None) -> int:
     outputs.add_argument(
         "--report", metavar="FILE", help="write the class report: what the class got wrong (HTML)"
     )
-    box = grade.add_argument_group("confinement of each submission")
+
+
+def _add_confinement(box) -> None:
     box.add_argument(
         "--sandbox",
         action=argparse.BooleanOptionalAction,
-        default=os.environ.get("DDP_HELPERS_SANDBOX", "") not in ("", "0"),
+        default=sandbox_from_env(os.environ.get("DDP_HELPERS_SANDBOX")),
         help="run kernels, ranks and checks inside bubblewrap: loopback only, the course "
-        "read-only, nothing else of the file system (default on when DDP_HELPERS_SANDBOX=1)",
+        "read-only, nothing else of the file system. Default: where bubblewrap can run (a "
+        "note says so where it cannot); --sandbox refuses to grade without it; "
+        "DDP_HELPERS_SANDBOX=1 or 0 is --sandbox or --no-sandbox",
+    )
+    box.add_argument(
+        "--pass-env",
+        action="append",
+        default=[],
+        type=_env_name,
+        metavar="NAME",
+        help="pass this variable of yours to every notebook (repeatable); they get only "
+        "PATH, locale, the course's own and a few more (docs/instructors.md)",
     )
     box.add_argument("--memory", type=_size, metavar="SIZE", help="memory limit, e.g. 4G")
     box.add_argument(
@@ -143,10 +238,76 @@ def main(argv: list[str] | None = None) -> int:
     box.add_argument(
         "--threads", type=int, default=1, metavar="N", help="CPU threads per process (1)"
     )
-    commands.add_parser(
+
+
+def _grade(args, parser) -> int:
+    from .grading import GradeOptions, GradingError, grade
+    from .grading.sandbox import SandboxError, choose, fallback_note
+    from .procs import become_subreaper, kill_descendants
+
+    if args.jobs < 1:
+        parser.error("--jobs must be 1 or more")
+    if args.threads < 1:
+        parser.error("--threads must be 1 or more")
+    try:
+        confinement = choose(args.sandbox, args.memory, args.tasks, args.threads, args.pass_env)
+    except (SandboxError, ValueError) as exc:
+        return _error(exc)
+    if args.sandbox is None and not confinement.sandbox:
+        print(f"note: {fallback_note()}", file=sys.stderr)  # the first line of the output
+    options = GradeOptions(
+        out=args.out,
+        feedback=args.feedback,
+        timeout=args.timeout,
+        jobs=args.jobs,
+        lesson=args.lesson,
+        confinement=confinement,
+        gradescope=args.gradescope,
+        hidden_visibility=args.hidden_visibility,
+        student_from=args.student_from,
+        report=args.report,
+    )
+    # A worker killed from outside leaves its processes to this one, which stops them.
+    become_subreaper()
+    _interrupt_on_termination()
+    try:
+        grade(args.paths, options)
+    except GradingError as exc:
+        return _error(exc)
+    except OSError as exc:  # the CSV, the feedback folder, or the temporary folder
+        where = exc.filename or f"{args.out} or the temporary folder (TMPDIR)"
+        print(
+            f"error: cannot write {where} ({exc.strerror or exc}): give --out and "
+            "--feedback paths in a folder you can write to, with free space.",
+            file=sys.stderr,
+        )
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        kill_descendants()
+    return 0
+
+
+# ---------------------------------------------------------------- pace, autograder, merge
+
+
+def _add_pace(commands) -> None:
+    pace = commands.add_parser(
         "pace",
         help="each lesson's core-path estimate, part by part (the figure atop each notebook)",
     )
+    pace.set_defaults(run=_pace)
+
+
+def _pace(args, parser) -> int:
+    from .authoring.pace import main as pace
+
+    pace()
+    return 0
+
+
+def _add_autograder(commands) -> None:
     autograder = commands.add_parser(
         "autograder",
         help="Gradescope's autograder zip for one lesson (setup.sh, run_autograder, the grader)",
@@ -174,6 +335,20 @@ def main(argv: list[str] | None = None) -> int:
         default="after_published",
         help="when Gradescope shows the grader's extra cases (%(default)s)",
     )
+    autograder.set_defaults(run=_autograder)
+
+
+def _autograder(args, parser) -> int:
+    from .grading.autograder import AutograderError, build_autograder
+
+    try:
+        print(build_autograder(args.lesson, args.out, args.timeout, args.hidden_visibility))
+    except (AutograderError, OSError) as exc:
+        return _error(exc)
+    return 0
+
+
+def _add_merge(commands) -> None:
     merge = commands.add_parser(
         "merge",
         help="put the points of grades.csv into an LMS gradebook export, ready to import",
@@ -192,115 +367,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     merge.add_argument("--lesson", choices=sorted(LESSONS), help="only this lesson's rows")
     merge.add_argument("-o", "--out", required=True, help="the file to import")
-    args = parser.parse_args(argv)
+    merge.set_defaults(run=_merge)
 
-    if args.command == "autograder":
-        from .grading.autograder import AutograderError, build_autograder
 
-        try:
-            print(build_autograder(args.lesson, args.out, args.timeout, args.hidden_visibility))
-        except (AutograderError, OSError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        return 0
-    if args.command == "pace":
-        from .authoring.pace import main as pace
+def _merge(args, parser) -> int:
+    from .grading.gradebook import MergeError, merge
 
-        pace()
-        return 0
-    if args.command == "merge":
-        from .grading.gradebook import MergeError
-        from .grading.gradebook import merge as merge_grades
-
-        try:
-            merge_grades(
-                args.grades, args.into, args.key, args.column, args.out, args.lesson, sys.stderr
-            )
-        except (MergeError, OSError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        return 0
-
-    if args.command == "grade":
-        from .grading import GradingError
-        from .grading import grade as grade_all
-
-        if args.jobs < 1:
-            parser.error("--jobs must be 1 or more")
-        if args.threads < 1:
-            parser.error("--threads must be 1 or more")
-        from .grading.sandbox import SandboxError, choose
-        from .procs import become_subreaper, kill_descendants
-
-        try:
-            confinement = choose(args.sandbox, args.memory, args.tasks, args.threads)
-        except (SandboxError, ValueError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-
-        # A worker killed from outside leaves its processes to this one, which stops them.
-        become_subreaper()
-        _interrupt_on_termination()
-        try:
-            grade_all(
-                args.paths,
-                args.out,
-                args.feedback,
-                args.timeout,
-                args.jobs,
-                args.lesson,
-                confinement=confinement,
-                gradescope=args.gradescope,
-                hidden_visibility=args.hidden_visibility,
-                student_from=args.student_from,
-                report=args.report,
-            )
-        except GradingError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        except OSError as exc:  # the CSV, the feedback folder, or the temporary folder
-            where = exc.filename or f"{args.out} or the temporary folder (TMPDIR)"
-            print(
-                f"error: cannot write {where} ({exc.strerror or exc}): give --out and "
-                "--feedback paths in a folder you can write to, with free space.",
-                file=sys.stderr,
-            )
-            return 2
-        except KeyboardInterrupt:
-            return 130
-        finally:
-            kill_descendants()
-        return 0
-
-    if args.command == "export":
-        from .authoring.export import ExportError
-        from .authoring.export import export as export_notebook
-
-        try:
-            print(export_notebook(args.notebook, args.output))
-        except (ExportError, OSError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        return 0
-
-    if args.command == "build":
-        from .authoring.build import BuildError, build_lessons, execute_solutions
-
-        try:
-            if args.only and not args.execute:
-                parser.error(
-                    "--only goes with --execute: build --check and build always see every lesson"
-                )
-            if args.execute:
-                execute_solutions(only=args.only)
-            problems = build_lessons(check=args.check)
-        except BuildError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        for problem in problems:
-            print(f"error: {problem}", file=sys.stderr)
-        return 1 if problems else 0
-    return 2
+    try:
+        merge(args.grades, args.into, args.key, args.column, args.out, args.lesson, sys.stderr)
+    except (MergeError, OSError) as exc:
+        return _error(exc)
+    return 0
 
 
 if __name__ == "__main__":

@@ -9,15 +9,19 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from .i18n import messages
 from .launcher import DistributedError, run_cell
 
-MESSAGES = {
-    "not_sent": (
-        "\n\nNote: `{name}` exists in the notebook but could not be sent to the ranks "
-        "({reason}). Create it inside the %%ddp cell, or pass picklable data instead."
-    ),
-    "compile": "The %%ddp cell does not compile: {error}",
-}
+MESSAGES = messages(
+    "magic",
+    {
+        "not_sent": (
+            "\n\nNote: `{name}` exists in the notebook but could not be sent to the ranks "
+            "({reason}). Create it inside the %%ddp cell, or pass picklable data instead."
+        ),
+        "compile": "The %%ddp cell does not compile: {error}",
+    },
+)
 
 _NAME_ERROR = re.compile(r"name '([^']+)' is not defined")
 

@@ -2,6 +2,81 @@
 
 from __future__ import annotations
 
+from . import i18n
+
+# Every word the pictures show, so that the Japanese edition's pictures are in Japanese.
+MESSAGES = i18n.messages(
+    "pictures",
+    {
+        "machine": "machine (node) {node}",
+        "rank_box": "rank {rank}\nlocal {local}\ncuda:{local}",
+        "nodes_title": "RANK counts across machines; LOCAL_RANK (and the GPU) restarts on each",
+        "without_set_epoch": "without set_epoch",
+        "with_set_epoch": "with set_epoch(epoch)",
+        "position": "position in the epoch",
+        "rank_epoch": "rank {rank}, epoch {epoch}",
+        "orders_title": "Which item each rank visits, step by step (colour = item index)",
+        "wrap": "1  wrap: DDP(model)",
+        "wrap_caption": "Every rank starts from rank 0's weights and buffers.",
+        "forward": "2  forward",
+        "forward_caption": (
+            "Each rank runs its own batch. Dashed: rank 0's buffers (BatchNorm's statistics), "
+            "sent first unless the previous forward ran under no_grad or inside no_sync()."
+        ),
+        "backward": "3  backward",
+        "backward_caption": (
+            "A hook copies each gradient, divided by the world size, into its bucket. Once "
+            "a bucket holds all its gradients, its all_reduce (a sum) starts while backward "
+            "computes the rest. First bucket 1 MiB, the others 25 MiB. Then every rank "
+            "holds the average gradient."
+        ),
+        "step": "4  optimizer.step()",
+        "step_caption": (
+            "Same gradients, same weights: the same step on every rank, so the copies stay "
+            "identical."
+        ),
+        "rank": "rank {rank}",
+        "model": "model",
+        "broadcast": "broadcast\nparameters\n+ buffers",
+        "forward_box": "forward on\nown batch",
+        "buffers_unless": "buffers, unless\nthe previous forward\nran under no_grad",
+        "gradient_of": "gradient\nof layer {layer}",
+        "bucket": "bucket {n}",
+        "all_reduce_0": "all_reduce bucket 0",
+        "all_reduce_1": "all_reduce\nbucket 1",
+        "time": "time",
+        "step_box": "step with the\naveraged gradients",
+        "no_communication": "no communication",
+    },
+)
+
+
+def use_fonts() -> None:
+    """Give matplotlib a font for the current language (Japanese: IPAexGothic, shipped with
+    matplotlib-fontja), so that no label is drawn as empty boxes."""
+    if i18n.current() == "ja":
+        import matplotlib_fontja
+
+        matplotlib_fontja.japanize()
+
+
+def wrap(text: str, width: int) -> str:
+    """`text` in lines of about `width` columns; Japanese, which has no spaces, by character
+    (each two columns wide)."""
+    import textwrap
+    import unicodedata
+
+    if not any(unicodedata.east_asian_width(ch) in "WF" for ch in text):
+        return textwrap.fill(text, width=width)
+    lines, line, used = [], "", 0
+    for ch in text:
+        cost = 2 if unicodedata.east_asian_width(ch) in "WF" else 1
+        if used + cost > width and ch not in "、。，．）」":
+            lines.append(line)
+            line, used = "", 0
+        line, used = line + ch, used + cost
+    return "\n".join([*lines, line])
+
 
 def draw_nodes(envs):
     """Each machine as a box, each of its ranks on its GPU: rank, local rank, cuda:LOCAL_RANK.
@@ -12,6 +87,7 @@ def draw_nodes(envs):
     import matplotlib.pyplot as plt
     from matplotlib.patches import FancyBboxPatch
 
+    use_fonts()
     nodes = sorted({e["GROUP_RANK"] for e in envs})
     per_node = max(e["LOCAL_RANK"] for e in envs) + 1
     fig, ax = plt.subplots(figsize=(2.6 * len(nodes) + 0.4, 2.4))
@@ -22,7 +98,7 @@ def draw_nodes(envs):
                 (x0 + 0.1, 0.1), 2.3, 2.0, boxstyle="round,pad=0.02", fc="#eef3fb", ec="#4a6fa5"
             )
         )
-        ax.text(x0 + 1.25, 1.85, f"machine (node) {node}", ha="center", fontsize=10)
+        ax.text(x0 + 1.25, 1.85, MESSAGES["machine"].format(node=node), ha="center", fontsize=10)
         width = 2.1 / per_node
         for e in (e for e in envs if e["GROUP_RANK"] == node):
             gx = x0 + 0.2 + e["LOCAL_RANK"] * width
@@ -36,14 +112,12 @@ def draw_nodes(envs):
                     ec="#3d6000",
                 )
             )
-            label = f"rank {e['RANK']}\nlocal {e['LOCAL_RANK']}\ncuda:{e['LOCAL_RANK']}"
+            label = MESSAGES["rank_box"].format(rank=e["RANK"], local=e["LOCAL_RANK"])
             ax.text(gx + width / 2, 0.92, label, ha="center", va="center", fontsize=9)
     ax.set_xlim(0, 2.6 * len(nodes) + 0.1)
     ax.set_ylim(0, 2.2)
     ax.axis("off")
-    ax.set_title(
-        "RANK counts across machines; LOCAL_RANK (and the GPU) restarts on each", fontsize=9
-    )
+    ax.set_title(MESSAGES["nodes_title"], fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -55,21 +129,26 @@ def plot_epoch_orders(without, with_set_epoch):
     """
     import matplotlib.pyplot as plt
 
+    use_fonts()
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.2), sharey=True)
     for ax, orders, title in (
-        (axes[0], without, "without set_epoch"),
-        (axes[1], with_set_epoch, "with set_epoch(epoch)"),
+        (axes[0], without, MESSAGES["without_set_epoch"]),
+        (axes[1], with_set_epoch, MESSAGES["with_set_epoch"]),
     ):
         grid = [row for per_rank in orders for row in per_rank]
         ax.imshow(grid, cmap="viridis", aspect="auto")
         ax.set_title(title)
-        ax.set_xlabel("position in the epoch")
-        labels = [f"rank {r}, epoch {e}" for r, per in enumerate(orders) for e in range(len(per))]
+        ax.set_xlabel(MESSAGES["position"])
+        labels = [
+            MESSAGES["rank_epoch"].format(rank=r, epoch=e)
+            for r, per in enumerate(orders)
+            for e in range(len(per))
+        ]
         ax.set_yticks(range(len(grid)), labels)
         for y, row in enumerate(grid):
             for x, index in enumerate(row):
                 ax.text(x, y, index, ha="center", va="center", fontsize=7, color="white")
-    fig.suptitle("Which item each rank visits, step by step (colour = item index)")
+    fig.suptitle(MESSAGES["orders_title"])
     fig.tight_layout()
     plt.show()
 
@@ -80,11 +159,10 @@ def draw_ddp_life_cycle():
     Lesson 03. The backward panel shows a model of three layers whose gradients fill two
     buckets; each bucket's all_reduce starts once all its gradients are in.
     """
-    import textwrap
-
     import matplotlib.pyplot as plt
     from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
+    use_fonts()
     fig, ax = plt.subplots(figsize=(12, 4.6))
     lanes = {0: 3.2, 1: 1.5}  # bottom of each rank's row
     h = 0.75
@@ -113,53 +191,36 @@ def draw_ddp_life_cycle():
             box(x, y, w, text, "#76b900" if rank == 0 else "#cfe8a5")
 
     stages = [
-        (0.0, 2.3, "1  wrap: DDP(model)", "Every rank starts from rank 0's weights and buffers."),
-        (
-            2.5,
-            2.3,
-            "2  forward",
-            "Each rank runs its own batch. Dashed: rank 0's buffers (BatchNorm's statistics), "
-            "sent first unless the previous forward ran under no_grad or inside no_sync().",
-        ),
-        (
-            5.0,
-            4.5,
-            "3  backward",
-            "A hook copies each gradient, divided by the world size, into its bucket. Once "
-            "a bucket holds all its gradients, its all_reduce (a sum) starts while backward "
-            "computes the rest. First bucket 1 MiB, the others 25 MiB. Then every rank "
-            "holds the average gradient.",
-        ),
-        (
-            9.7,
-            2.3,
-            "4  optimizer.step()",
-            "Same gradients, same weights: the same step on every rank, so the copies stay "
-            "identical.",
-        ),
+        (0.0, 2.3, MESSAGES["wrap"], MESSAGES["wrap_caption"]),
+        (2.5, 2.3, MESSAGES["forward"], MESSAGES["forward_caption"]),
+        (5.0, 4.5, MESSAGES["backward"], MESSAGES["backward_caption"]),
+        (9.7, 2.3, MESSAGES["step"], MESSAGES["step_caption"]),
     ]
     for x, w, title, caption in stages:
         ax.add_patch(
             FancyBboxPatch((x, 0.05), w, 4.5, boxstyle="round,pad=0.02", fc="#eef3fb", ec="#4a6fa5")
         )
-        ax.text(x + w / 2, 4.3, title, ha="center", fontsize=10, weight="bold")
-        wrapped = textwrap.fill(caption, width=int(w * 12.5))
+        # IPAexGothic (Japanese) has no bold face: matplotlib would warn and use regular.
+        weight = "normal" if i18n.current() == "ja" else "bold"
+        ax.text(x + w / 2, 4.3, title, ha="center", fontsize=10, weight=weight)
+        wrapped = wrap(caption, width=int(w * 12.5))
         ax.text(x + 0.1, 1.3, wrapped, va="top", fontsize=7.8)
     for rank, y in lanes.items():
-        ax.text(-0.12, y + h / 2, f"rank {rank}", ha="right", va="center", fontsize=10)
+        label = MESSAGES["rank"].format(rank=rank)
+        ax.text(-0.12, y + h / 2, label, ha="right", va="center", fontsize=10)
 
     # 1 wrap: rank 0's parameters and buffers go to every rank.
-    on_both_ranks(0.2, 1.9, "model")
+    on_both_ranks(0.2, 1.9, MESSAGES["model"])
     down(1.15)
-    ax.text(1.25, middle, "broadcast\nparameters\n+ buffers", va="center", fontsize=8, color=comm)
+    ax.text(1.25, middle, MESSAGES["broadcast"], va="center", fontsize=8, color=comm)
 
     # 2 forward: the buffers again, but only after a forward with gradients.
-    on_both_ranks(3.2, 1.45, "forward on\nown batch")
+    on_both_ranks(3.2, 1.45, MESSAGES["forward_box"])
     down(2.75, ls="--")
     ax.text(
         2.85,
         middle,
-        "buffers, unless\nthe previous forward\nran under no_grad",
+        MESSAGES["buffers_unless"],
         va="center",
         fontsize=7.5,
         color=comm,
@@ -171,18 +232,19 @@ def draw_ddp_life_cycle():
     fills = [("#fde2c4", comm), ("#dbe7f6", "#4a6fa5"), ("#dbe7f6", "#4a6fa5")]
     for y in lanes.values():
         for i, (fc, ec) in enumerate(fills):
-            box(x0 + i * (w + gap), y, w, f"gradient\nof layer {3 - i}", fc, ec=ec, size=8)
+            label = MESSAGES["gradient_of"].format(layer=3 - i)
+            box(x0 + i * (w + gap), y, w, label, fc, ec=ec, size=8)
     end3 = x0 + 3 * w + 2 * gap
     for left, right, label, color in (
-        (x0, x0 + w, "bucket 0", comm),
-        (x0 + w + gap, end3, "bucket 1", "#4a6fa5"),
+        (x0, x0 + w, MESSAGES["bucket"].format(n=0), comm),
+        (x0 + w + gap, end3, MESSAGES["bucket"].format(n=1), "#4a6fa5"),
     ):
         top = lanes[0] + h + 0.08
         ax.plot([left, left, right, right], [top, top + 0.06, top + 0.06, top], color=color, lw=1)
         ax.text((left + right) / 2, top + 0.1, label, ha="center", fontsize=8, color=color)
     for start, end, label, y in (
-        (x0 + w, x0 + 2.6 * w, "all_reduce bucket 0", middle + 0.2),
-        (end3, 9.35, "all_reduce\nbucket 1", middle - 0.2),
+        (x0 + w, x0 + 2.6 * w, MESSAGES["all_reduce_0"], middle + 0.2),
+        (end3, 9.35, MESSAGES["all_reduce_1"], middle - 0.2),
     ):
         box(
             start + 0.08,
@@ -201,11 +263,13 @@ def draw_ddp_life_cycle():
         xytext=(x0, lanes[1] - 0.12),
         arrowprops=dict(arrowstyle="->", color="#555555"),
     )
-    ax.text(9.3, lanes[1] - 0.2, "time", ha="right", va="top", fontsize=7.5, color="#555555")
+    ax.text(
+        9.3, lanes[1] - 0.2, MESSAGES["time"], ha="right", va="top", fontsize=7.5, color="#555555"
+    )
 
     # 4 step: local, nothing crosses.
-    on_both_ranks(9.95, 1.8, "step with the\naveraged gradients")
-    ax.text(10.85, middle, "no communication", ha="center", va="center", fontsize=8)
+    on_both_ranks(9.95, 1.8, MESSAGES["step_box"])
+    ax.text(10.85, middle, MESSAGES["no_communication"], ha="center", va="center", fontsize=8)
 
     ax.set_xlim(-0.9, 12.1)
     ax.set_ylim(0, 4.65)

@@ -6,6 +6,7 @@ import contextlib
 import os
 import signal
 import sys
+import time
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NAME = 15
@@ -104,6 +105,45 @@ def kill_descendants(pid: int | None = None, include_self: bool = False) -> int:
             killed.add(p.pid)
         psutil.wait_procs(procs, timeout=5)
     return len(killed)
+
+
+def supervise(proc, step, deadline, watch=None, tick: float = 0.2) -> str:
+    """Wait on a child's work until it is done, the child ends, or a deadline passes.
+
+    Each tick runs `watch()` (a limit to enforce, descendants to note), then `step(wait)`,
+    which waits up to `wait` seconds for the work to move on and is true once it is done.
+    Returns "done", else "exited" once `proc` (a Popen) has ended, or "late" once
+    `deadline()` (time.monotonic() seconds; it may move) has passed. The grader's worker,
+    scorer and kernel are watched so; stop_tree() then ends what is left.
+    """
+    while True:
+        if watch is not None:
+            watch()
+        if step(max(0.0, min(tick, deadline() - time.monotonic()))):
+            return "done"
+        if proc.poll() is not None:
+            return "exited"
+        if time.monotonic() >= deadline():
+            return "late"
+
+
+def stop_tree(proc, grace: float = 0.0) -> None:
+    """End a child (a Popen) and every process below it, and reap it.
+
+    With `grace`, SIGTERM first and that many seconds to clean up after itself; then
+    SIGKILL to whatever of the tree is left. Its pipes are drained while it ends.
+    """
+    import subprocess
+
+    if grace and proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.communicate(timeout=grace)
+    if proc.poll() is None:
+        kill_descendants(proc.pid, include_self=True)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.communicate(timeout=10)  # a pipe still held by an orphan must not hang us
 
 
 def listening_sockets(pid: int | None = None) -> list[tuple[str, int]]:

@@ -4,9 +4,22 @@ from __future__ import annotations
 
 import os
 
+from .i18n import messages
+
 # The lesson's model (8 -> 16 -> 1), and the same shape made wide enough that computing a
 # step costs more than averaging its gradients.
 MODELS = {"lesson 03's model (16 hidden)": (16, 1), "1024 hidden x 2 layers": (1024, 2)}
+
+# The plot's words (the Japanese edition's plot is in Japanese).
+MESSAGES = messages(
+    "scaling",
+    {
+        "ideal": "ideal (linear)",
+        "xlabel": "ranks (one CPU core each)",
+        "ylabel": "speed-up over 1 rank",
+        "title": "DDP training throughput, gloo on CPU",
+    },
+)
 
 
 def make_mlp(hidden: int, layers: int):
@@ -90,9 +103,12 @@ def plot_scaling(results: dict[str, dict[int, float]]):
     """Speed-up over one rank for each model, against the ideal (linear) line."""
     import matplotlib.pyplot as plt
 
+    from .pictures import use_fonts
+
+    use_fonts()
     fig, ax = plt.subplots(figsize=(5.5, 3.4))
     ranks = sorted(next(iter(results.values())))
-    ax.plot(ranks, ranks, "k--", label="ideal (linear)")
+    ax.plot(ranks, ranks, "k--", label=MESSAGES["ideal"])
     for name, result in results.items():
         speedup = [result[n] / result[ranks[0]] for n in ranks]
         ax.plot(ranks, speedup, "o-", label=name)
@@ -103,10 +119,10 @@ def plot_scaling(results: dict[str, dict[int, float]]):
             xytext=(6, -4),
         )
     ax.set_xticks(ranks)
-    ax.set_xlabel("ranks (one CPU core each)")
-    ax.set_ylabel("speed-up over 1 rank")
+    ax.set_xlabel(MESSAGES["xlabel"])
+    ax.set_ylabel(MESSAGES["ylabel"])
     ax.set_ylim(0, max(ranks) + 0.3)
-    ax.set_title("DDP training throughput, gloo on CPU")
+    ax.set_title(MESSAGES["title"])
     ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     return fig

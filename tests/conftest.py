@@ -79,3 +79,15 @@ def pytest_sessionfinish(session, exitstatus):
 
     client.shutdown()
     os.environ.pop("DDP_HELPERS_OUTPUT", None)
+
+
+@pytest.fixture(scope="session")
+def _screenshots(tmp_path_factory):
+    return tmp_path_factory.mktemp("screenshots")
+
+
+@pytest.fixture
+def shots(_screenshots, record_property):
+    """A folder for the browser tests' screenshots, named at the end of the run."""
+    record_property("ddp_note", f"browser screenshots of the lessons: {_screenshots}")
+    return _screenshots

@@ -6,7 +6,8 @@ a right, a wrong, a hanging and a malformed submission, each into a results.json
 specification's schema accepts, with no code of the grader's extra cases in any output.
 
 Gradescope's container blocks bubblewrap's user namespaces: a `bwrap` that fails as it
-does there comes first on PATH, and DDP_HELPERS_SANDBOX=1 is set; grading must not care.
+does there comes first on PATH; grading must not care, and says nothing of it (the container
+is the sandbox): not even with DDP_HELPERS_SANDBOX=1 set, as it is for lesson 04's runs.
 """
 
 from __future__ import annotations
@@ -45,8 +46,9 @@ BLOCKED_BWRAP = "#!/bin/sh\necho 'bwrap: No permissions to creating new namespac
 class Gradescope:
     """A root laid out like Gradescope's /autograder, holding one autograder zip."""
 
-    def __init__(self, folder: Path, lesson: str, *options: str):
+    def __init__(self, folder: Path, lesson: str, *options: str, environ: dict | None = None):
         self.root, self.lesson = folder, lesson
+        self.environ = environ or {}  # more of the container's environment
         self.zip = folder / "autograder.zip"
         folder.mkdir(parents=True)
         build = subprocess.run(
@@ -90,9 +92,9 @@ class Gradescope:
             AUTOGRADER_ROOT=str(self.root),
             PYTHONPATH=str(self.root / "site"),  # the zip's own copy of the course's package
             PATH=f"{self.root / 'bin'}{os.pathsep}{os.environ['PATH']}",
-            DDP_HELPERS_SANDBOX="1",
             OMP_NUM_THREADS="1",
             TMPDIR=str(tmp),
+            **self.environ,
         )
 
     def submit(self, files: dict[str, object]) -> dict:
@@ -137,7 +139,13 @@ def _wrong_04():
 
 @pytest.fixture(scope="module")
 def lesson04(tmp_path_factory):
-    gs = Gradescope(tmp_path_factory.mktemp("gradescope") / "autograder", "04", "--timeout", "120")
+    gs = Gradescope(
+        tmp_path_factory.mktemp("gradescope") / "autograder",
+        "04",
+        "--timeout",
+        "120",
+        environ={"DDP_HELPERS_SANDBOX": "1"},
+    )
     text = (ROOT / "lessons" / NAMES["04"]).read_text()
     runs = {
         # Learners' files keep the names they chose.
@@ -196,6 +204,13 @@ def test_every_results_json_matches_the_specification(lesson04, hanging):
         assert run["data"] is not None, f"{name}: no results.json\n{run['run'].stderr[-3000:]}"
         validator.validate(run["data"])
         assert sum(t["score"] for t in run["data"]["tests"]) == run["data"]["score"], name
+
+
+def test_the_container_is_the_sandbox_so_nothing_is_said_of_bubblewrap(lesson04, hanging):
+    for name, run in _all_runs(lesson04, hanging).items():
+        for where in ("stdout", "stderr"):
+            text = getattr(run["run"], where)
+            assert "without the sandbox" not in text and "bubblewrap" not in text, (name, where)
 
 
 def test_a_right_notebook_under_another_name_gets_every_point(lesson04):

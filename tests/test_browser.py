@@ -29,6 +29,8 @@ from conftest import ROOT
 from ddp_helpers.exercises import LESSONS, exercises_of, notebook_name
 
 TOKEN = "ddp-browser-test"
+# JupyterLab's words the tests click or wait for (test_browser_ja.py: its Japanese ones).
+WORDS = {"idle": "Idle", "run": "Run", "run_all": "Run All Cells"}
 FIRST = notebook_name("01")
 
 
@@ -49,19 +51,17 @@ def page(lab):
         yield page
 
 
-@pytest.fixture(scope="module")
-def shots(tmp_path_factory, request):
-    folder = tmp_path_factory.mktemp("screenshots")
-    request.config.ddp_notes.append(f"browser screenshots of the lessons: {folder}")
-    return folder
-
-
 def _open(page, base: str, notebook: str) -> None:
+    _open_path(page, base, notebook, TOKEN)
+
+
+def _open_path(page, base: str, notebook: str, token: str, words=WORDS) -> None:
+    """lessons/<notebook> open in JupyterLab, its kernel idle."""
     # ?reset: a fresh workspace, this notebook its only tab (so the Run menu's too).
-    page.goto(f"{base}/lab/tree/lessons/{notebook}?reset&token={TOKEN}")
+    page.goto(f"{base}/lab/tree/lessons/{notebook}?reset&token={token}")
     page.locator(".jp-NotebookPanel:visible .jp-Notebook").wait_for()
     # The kernel is up when the status bar says Idle.
-    page.locator(".jp-StatusBar-TextItem", has_text="| Idle").first.wait_for()
+    page.locator(".jp-StatusBar-TextItem", has_text=f"| {words['idle']}").first.wait_for()
 
 
 def _notebook(page):
@@ -85,25 +85,25 @@ def _wait_all_ran(page, count: int, limit: float) -> list[str]:
         time.sleep(0.25)
 
 
-def _run_menu(page, item: str) -> None:
-    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+def _run_menu(page, item: str, words=WORDS) -> None:
+    page.locator(".lm-MenuBar-itemLabel", has_text=words["run"]).first.click()
     page.locator(".lm-Menu-itemLabel", has_text=re.compile(f"^{re.escape(item)}$")).click()
 
 
-def _run_all(page, limit: float = 60) -> list[str]:
+def _run_all(page, limit: float = 60, words=WORDS) -> list[str]:
     """Run All Cells from the Run menu, on this notebook; the prompts once all have run."""
     # The Run menu acts on the notebook that has the focus: after a reload JupyterLab
     # may have given it to another of the tabs it restored.
     _notebook(page).locator(".jp-Cell").first.click(position={"x": 8, "y": 8})
     count = len(_prompts(page))
-    _run_menu(page, "Run All Cells")
+    _run_menu(page, words["run_all"], words)
     # A click that reached the menu before the page was ready queues nothing: once queued,
     # a cell's prompt says [*] at once. Then the menu is used again, once.
     deadline = time.monotonic() + 15
     while all(p.strip() == "[ ]:" for p in _prompts(page)):
         if time.monotonic() > deadline:
             _notebook(page).locator(".jp-Cell").first.click(position={"x": 8, "y": 8})
-            _run_menu(page, "Run All Cells")
+            _run_menu(page, words["run_all"], words)
             break
         time.sleep(0.25)
     return _wait_all_ran(page, count, limit)

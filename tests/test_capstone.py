@@ -73,7 +73,9 @@ def no_sampler(epochs, path):
     return model
 
 
-def _converted(epochs, path, set_epoch="top", save="rank0", batch=None, lr=LR, end=True):
+def _converted(
+    epochs, path, set_epoch="top", save="rank0", batch=None, lr=LR, end=True, forward=None
+):
     """The conversion with one step done some way: the mistakes below differ in one step."""
     device = setup()
     model = wrap(make_model(), device)
@@ -88,28 +90,42 @@ def _converted(epochs, path, set_epoch="top", save="rank0", batch=None, lr=LR, e
             loader.sampler.set_epoch(epoch)
         elif set_epoch == "constant":
             loader.sampler.set_epoch(0)
+        elif set_epoch == "from_one":  # epochs counted 1, 2, ...
+            loader.sampler.set_epoch(epoch + 1)
         elif set_epoch == "elsewhere":  # a second sampler: make_loader made its own
             DistributedSampler(data).set_epoch(epoch)
         if save == "before":
             if dist.get_rank() == 0:
                 torch.save(model.module.state_dict(), path)
-        _steps(model, loader, optimizer, device)
+        _steps(model.module if forward == "module" else model, loader, optimizer, device)
+        if forward == "and_a_loss_pass":  # the epoch's loss, in a second pass over the data
+            with torch.no_grad():
+                for x, y in loader:
+                    torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
         if set_epoch == "after":
             loader.sampler.set_epoch(epoch)
-        if save == "rank0":
-            if dist.get_rank() == 0:
-                torch.save(model.module.state_dict(), path)
-        elif save == "local0":
-            if int(os.environ["LOCAL_RANK"]) == 0:
-                torch.save(model.module.state_dict(), path)
-        elif save == "every":
-            torch.save(model.module.state_dict(), path)
-        elif save == "prefix":
-            if dist.get_rank() == 0:
-                torch.save(model.state_dict(), path)
+        _save(model, path, save)
     if end:
         cleanup()
     return model
+
+
+def _save(model, path, how):
+    """The checkpoint saved one way or another (`_converted`'s `save`)."""
+    rank, local, world = (int(os.environ[k]) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE"))
+    writes = {
+        "rank0": rank == 0,
+        "local0": local == 0,
+        "every": True,
+        "last": rank == world - 1,
+    }.get(how, rank == 0)
+    saved = {
+        "prefix": lambda: model.state_dict(),
+        "module": lambda: model.module,  # the whole model object
+        "dict": lambda: {"model": model.module.state_dict()},
+    }.get(how, lambda: model.module.state_dict())
+    if how not in (None, "before") and writes:
+        torch.save(saved(), path)
 
 
 def without_set_epoch(epochs, path):
@@ -146,6 +162,34 @@ def never_saved(epochs, path):
 
 def saved_with_the_prefix(epochs, path):
     return _converted(epochs, path, save="prefix")
+
+
+def saved_on_the_last_rank(epochs, path):
+    return _converted(epochs, path, save="last")
+
+
+def saved_the_model_object(epochs, path):
+    return _converted(epochs, path, save="module")
+
+
+def saved_a_dict_around_the_weights(epochs, path):
+    return _converted(epochs, path, save="dict")
+
+
+def set_epoch_counting_from_one(epochs, path):
+    return _converted(epochs, path, set_epoch="from_one")
+
+
+def batches_for_the_ranks_of_one_machine(epochs, path):
+    return _converted(epochs, path, batch=GLOBAL_BATCH // int(os.environ["LOCAL_WORLD_SIZE"]))
+
+
+def forward_through_the_inner_model(epochs, path):
+    return _converted(epochs, path, forward="module")  # DDP's hooks never run
+
+
+def a_second_pass_for_the_loss(epochs, path):
+    return _converted(epochs, path, forward="and_a_loss_pass")
 
 
 def saved_before_each_epoch(epochs, path):
@@ -231,25 +275,32 @@ def own_sampler_and_a_while_loop(epochs, path):
     return plain
 
 
-# exercise 4.2 in the sweep of tests/test_answers.py: (wrong answers with what the message
-# must say, right answers)
+# exercise 4.2 in the sweep of tests/test_answers.py: (wrong answers with the mistake each
+# must be named by, right answers)
 SWEEP_4_2 = (
     [
-        (never_wrapped, "The model was never wrapped: the gradients were not averaged"),
-        (no_sampler, "No DistributedSampler: every rank trained on all the data"),
-        (without_set_epoch, "set_epoch was never called"),
-        (set_epoch_after_the_pass, "set_epoch(0) was called after epoch 0's pass"),
-        (set_epoch_with_a_constant, "set_epoch was called with 0 in every epoch"),
-        (set_epoch_on_a_sampler_the_loader_does_not_use, "that the loader does not use"),
-        (global_batch_on_every_rank, "Each rank took batches of 16, the whole global batch"),
-        (saved_where_local_rank_is_zero, "A checkpoint was written on every machine"),
-        (saved_on_every_rank, "A checkpoint was written on every rank"),
-        (never_saved, "No checkpoint was written"),
-        (saved_with_the_prefix, "keys start with `module.`"),
-        (saved_before_each_epoch, "does not hold the final weights"),
-        (group_left_initialised, "The process group was left initialised"),
-        (returning_nothing, "train_ddp returned None; return the trained model"),
-        (lr_scaled_by_the_world_size, "differ from one process's trained on the same global"),
+        (never_wrapped, "not_wrapped"),
+        (no_sampler, "no_sampler"),
+        (a_second_pass_for_the_loss, "passes"),
+        (without_set_epoch, "epoch_never"),
+        (set_epoch_after_the_pass, "epoch_late"),
+        (set_epoch_with_a_constant, "epoch_constant"),
+        (set_epoch_counting_from_one, "epoch_other"),
+        (set_epoch_on_a_sampler_the_loader_does_not_use, "epoch_elsewhere"),
+        (global_batch_on_every_rank, "batch_global"),
+        (batches_for_the_ranks_of_one_machine, "batch_other"),
+        (saved_where_local_rank_is_zero, "ckpt_every_machine"),
+        (saved_on_every_rank, "ckpt_every_rank"),
+        (saved_on_the_last_rank, "ckpt_not_zero"),
+        (never_saved, "ckpt_none"),
+        (saved_the_model_object, "ckpt_unreadable"),
+        (saved_with_the_prefix, "ckpt_prefix"),
+        (saved_a_dict_around_the_weights, "ckpt_strict"),
+        (saved_before_each_epoch, "ckpt_stale"),
+        (group_left_initialised, "group_left"),
+        (returning_nothing, "no_model"),
+        (forward_through_the_inner_model, "ranks_differ"),
+        (lr_scaled_by_the_world_size, "weights_differ"),
     ],
     [sampler_in_a_variable_and_a_save_helper, own_sampler_and_a_while_loop],
 )
@@ -288,6 +339,7 @@ def test_a_collective_inside_the_rank_zero_save_is_a_hang_with_the_save_hint(mon
     monkeypatch.setattr(capstone, "run_on_ranks", lambda *a, **k: real(*a, **{**k, "timeout": 3}))
     result = capstone.exercise.evaluate(barrier_inside_the_rank_zero_save)
     assert result.status == "wrong", str(result)
+    assert result.mistake in ("hang", "mismatch") and result.hint_name == "save"
     assert "did not" in result.message and "inside that `if`" in result.hint
 
 
@@ -298,7 +350,9 @@ def test_a_pasted_function_still_a_stub_says_to_paste_it_from_its_lesson():
 
     result = capstone.exercise.evaluate(calls_the_unpasted_setup)
     assert result.status == "not_attempted", str(result)
-    assert "lesson 02" in result.message and "paste" in result.message.lower()
+    assert result.mistake == "not_attempted_pasted"
+    assert "`setup()`" in result.message and "lesson 02" in result.message
+    assert "paste" in result.message.lower()
 
 
 # ---------------------------------------------------------------- one source with the notebook

@@ -3,6 +3,7 @@ exists and answers --help, every file and link they name is there."""
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
@@ -51,12 +52,58 @@ def test_the_layout_lists_every_module_of_the_package_and_no_other():
     assert _listed_modules() == actual
 
 
+# A summary that starts with one of these names a kind of code, not what the module is for.
+VAGUE = {"helpers", "utilities", "utils", "misc", "various", "stuff", "module", "code", "tools"}
+
+
+def _summary_problem(source: str) -> str | None:
+    """What keeps a module's docstring from saying what the module is for, or None.
+
+    Its summary (the first paragraph, begun on the first line) is a sentence of at least six
+    words that does not open with a vague name for code.
+    """
+    docstring = ast.get_docstring(ast.parse(source), clean=False)
+    if docstring is None:
+        return "no module docstring"
+    if not source.startswith('"""') or docstring[:1].isspace():
+        return "the docstring does not start on the first line"
+    summary = " ".join(docstring.split("\n\n")[0].split())
+    words = re.findall(r"[A-Za-z][\w'-]*", summary)
+    if len(words) < 6 or not summary.endswith("."):
+        return f"its summary is not a sentence of six words or more: {summary!r}"
+    if words[0].lower() in VAGUE:
+        return f"its summary names a kind of code, not a purpose: {summary!r}"
+    return None
+
+
 def test_every_module_says_what_it_is_for_in_its_first_line():
+    summaries: dict[str, list[str]] = {}
     for path in sorted((ROOT / "ddp_helpers").rglob("*.py")):
         if "__pycache__" in path.parts:
             continue
-        first = path.read_text().lstrip().splitlines()[0]
-        assert re.match(r'^"""\S.+', first), f"{path.relative_to(ROOT)}: {first!r}"
+        source = path.read_text()
+        name = str(path.relative_to(ROOT))
+        problem = _summary_problem(source)
+        assert problem is None, f"{name}: {problem}"
+        summary = ast.get_docstring(ast.parse(source)).split("\n\n")[0]
+        summaries.setdefault(" ".join(summary.split()), []).append(name)
+    alike = [names for names in summaries.values() if len(names) > 1]
+    assert not alike, f"modules with the same summary say nothing of which is for what: {alike}"
+
+
+@pytest.mark.parametrize(
+    ("source", "problem"),
+    [
+        ("import os\n", "no module docstring"),
+        ('# Grading.\n"""Grade notebooks: a CSV row and a feedback file each."""\n', "first line"),
+        ('"""Grading code."""\n', "six words"),
+        ('"""Grade notebooks: a CSV row and a feedback file each\n"""\n', "six words"),
+        ('"""Helpers for the launcher, the grader and the lessons."""\n', "a kind of code"),
+    ],
+)
+def test_a_docstring_that_says_nothing_of_its_purpose_is_caught(source, problem):
+    assert problem in _summary_problem(source)
+    assert _summary_problem('"""Grade notebooks: a CSV row and a feedback file each."""') is None
 
 
 def _named(pattern: str) -> list[str]:

@@ -8,9 +8,17 @@ run in JupyterLab (test_browser.py); every learner mistake and other right answe
 
 from __future__ import annotations
 
+import ast
+import importlib.util
+import inspect
+import re
+
 import pytest
 
-from ddp_helpers.exercises import lesson01, lesson02
+from ddp_helpers import i18n
+from ddp_helpers.exercises import LESSONS, exercises_of, lesson01, lesson02, module_name
+from ddp_helpers.exercises._core import RANK_MISTAKES, Exercise, Mistake, Phrase, Wrong
+from kernel_utils import run_cells, stream_text
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
@@ -40,15 +48,25 @@ def test_a_crashing_answer_is_an_error_with_a_short_traceback():
     assert "_core.py" not in result.message
 
 
-def test_progress_lists_each_exercise_and_its_status(capsys):
-    lesson01.progress.__globals__["_progress"](
-        lesson01.EXERCISES, "01", {"shard": lesson01.shard, "predict_all_reduce": lambda: 6}
+def test_progress_lists_each_exercise_of_the_notebook_and_its_status():
+    *_, outputs = run_cells(
+        "from ddp_helpers.exercises import lesson01 as ex\n"
+        "from ddp_helpers.exercises.lesson01 import shard",
+        "def predict_all_reduce():\n"
+        "    return 6\n"
+        "\n"
+        "\n"
+        "def predict_all_gather():\n"
+        '    raise NotImplementedError("exercise 1.4")',
+        "ex.progress()",
     )
-    out = capsys.readouterr().out
-    assert "Lesson 01: 1 of 4 exercises pass" in out
-    assert "1.2  shard" in out and "correct" in out
-    assert "1.3  predict_all_reduce       wrong" in out
-    assert "1.4  predict_all_gather       missing" in out
+    assert stream_text(outputs) == (
+        "Lesson 01: 1 of 4 exercises pass\n"
+        "  1.1  gpu_for_this_rank        missing\n"
+        "  1.2  shard                    correct\n"
+        "  1.3  predict_all_reduce       wrong\n"
+        "  1.4  predict_all_gather       not attempted\n"
+    )
 
 
 def rank_zero_waits_forever(model):
@@ -68,4 +86,121 @@ def test_a_hang_in_a_check_is_reported_as_wrong_with_the_collective_hint(monkeyp
     )
     result = lesson02.q4.evaluate(rank_zero_waits_forever)
     assert result.status == "wrong", str(result)
+    assert result.mistake in RANK_MISTAKES and result.hint_name == "avg_same_calls"
     assert "did not" in result.message and "`if rank == 0:`" in result.hint
+
+
+# ---------------------------------------------------------------- mistakes as data
+
+TEXTS = {
+    "hint.first": "first",
+    "hint.second": "second, with {{braces}}",
+    "too_big": "{got} is too big.",
+    "too_big.title": "too big",
+    "ok": "fine",
+}
+
+
+def _exercise(texts=None, hints=("first", "second"), mistakes=None):
+    def check(answer):
+        if answer > 1:
+            raise Wrong("too_big", got=answer)
+        return Phrase("ok")
+
+    mistakes = {"too_big": Mistake(hint="second")} if mistakes is None else mistakes
+    return Exercise("9.1", "answer", check, 0, texts=texts or TEXTS, hints=hints, mistakes=mistakes)
+
+
+def test_a_check_names_its_mistake_by_key_and_the_text_comes_from_the_table():
+    result = _exercise().evaluate(5)
+    assert (result.mistake, result.fields, result.hint_name) == ("too_big", {"got": 5}, "second")
+    assert str(result) == "❌ Exercise 9.1: not yet. 5 is too big.\n💡 second, with {braces}"
+    assert result.title == "too big"
+    assert _exercise().evaluate(0).message == "✅ Exercise 9.1: correct. fine"
+
+
+@pytest.mark.parametrize(
+    ("texts", "hints", "mistakes", "missing"),
+    [
+        ({k: v for k, v in TEXTS.items() if k != "too_big"}, None, None, "too_big"),
+        ({k: v for k, v in TEXTS.items() if k != "too_big.title"}, None, None, "too_big.title"),
+        ({k: v for k, v in TEXTS.items() if k != "hint.first"}, None, None, "hint.first"),
+        (None, ("first",), None, "hint.second (among the hints of exercise 9.1)"),
+        (None, None, {"too_big": Mistake(hint="third")}, "hint.third"),
+        (None, None, {"hang": Mistake(hint="nowhere")}, "hint.nowhere"),
+    ],
+    ids=["message", "title", "hint", "hint-not-its-own", "no-such-hint", "rank-mistake-hint"],
+)
+def test_a_mistake_or_hint_without_its_text_fails_when_the_exercise_is_made(
+    texts, hints, mistakes, missing
+):
+    with pytest.raises(LookupError, match=f"exercise 9.1 has no text for: .*{re.escape(missing)}"):
+        _exercise(texts, hints or ("first", "second"), mistakes)
+
+
+def test_a_lessons_module_without_a_mistakes_title_fails_at_import(monkeypatch):
+    # lesson01 as it would be with one title deleted from its MESSAGES, imported afresh.
+    source = inspect.getsource(lesson01)
+    title = '        "gpu_global.title": "RANK used where LOCAL_RANK belongs",\n'
+    assert title in source
+    spec = importlib.util.spec_from_loader(module_name("01"), loader=None)
+    broken = importlib.util.module_from_spec(spec)
+    monkeypatch.setattr(i18n, "REGISTRY", dict(i18n.REGISTRY))  # it registers its table
+    with pytest.raises(LookupError, match="exercise 1.1 has no text for: gpu_global.title"):
+        exec(compile(source.replace(title, ""), lesson01.__file__, "exec"), broken.__dict__)
+
+
+def test_a_check_raising_a_mistake_it_does_not_declare_is_the_checks_bug():
+    ex = _exercise(mistakes={})
+    with pytest.raises(LookupError, match="exercise 9.1 does not declare mistake 'too_big'"):
+        ex.evaluate(5)
+
+
+def test_hints_are_shown_in_the_order_they_are_named(capsys):
+    ex = _exercise(hints=("second", "first"))
+    assert list(ex.hints) == ["second", "first"]
+    ex.hint()
+    ex.hint()
+    out = capsys.readouterr().out
+    assert out.index("Hint 1 of 2 for exercise 9.1: second") < out.index(
+        "Hint 2 of 2 for exercise 9.1: first"
+    )
+
+
+def test_a_result_is_made_into_text_when_shown_in_the_language_of_that_moment(monkeypatch):
+    ja = {
+        "exercises.core": {"wrong": "❌ 演習 {id}: まだです。{detail}"},
+        "exercises.lesson01": {"reduce_local": "{got} は呼び出し前の値です。"},
+    }
+    monkeypatch.setattr(i18n, "catalog", lambda language: ja if language == "ja" else {})
+    result = lesson01.q3.evaluate(lambda: [1, 2, 3])  # checked in English
+    assert result.message.startswith("❌ Exercise 1.3: not yet. [1, 2, 3] is what each rank")
+    with i18n.using("ja"):
+        assert result.message == "❌ 演習 1.3: まだです。[1, 2, 3] は呼び出し前の値です。"
+        assert result.title == "what the ranks held before the all_reduce"  # not translated
+
+
+def _raised_keys(module) -> set[str]:
+    """The keys a module's checks raise by name: Wrong("key", ...) and wrong("key", ...)."""
+    calls = [n for n in ast.walk(ast.parse(inspect.getsource(module))) if isinstance(n, ast.Call)]
+    return {
+        call.args[0].value
+        for call in calls
+        if getattr(call.func, "id", getattr(call.func, "attr", None)) in ("Wrong", "wrong")
+        and call.args
+        and isinstance(call.args[0], ast.Constant)
+    }
+
+
+@pytest.mark.parametrize("lesson", [*LESSONS, "capstone"])
+def test_every_mistake_a_check_raises_is_declared_by_an_exercise_of_its_module(lesson):
+    name = "ddp_helpers.exercises.capstone" if lesson == "capstone" else module_name(lesson)
+    module = importlib.import_module(name)
+    declared = {
+        key
+        for ex in exercises_of(lesson if lesson != "capstone" else "04")
+        for key in ex.mistakes
+        if ex._checker.__module__ == name
+    }
+    raised = _raised_keys(module)
+    assert raised and raised <= declared | set(RANK_MISTAKES), raised - declared

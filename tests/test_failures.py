@@ -10,12 +10,17 @@ from ddp_helpers.launcher.failures import (
     DistributedError,
     RankFailure,
     RankRecord,
+    RunEnd,
     blame,
+    exit_quirks,
     failure_of,
     failure_report,
+    interrupt_report,
+    run_error,
     timeout_report,
 )
 from ddp_helpers.launcher.output import OutputRouter
+from ddp_helpers.launcher.protocol import RankError, StartFailed
 
 PEER = "Connection closed by peer [127.0.0.1]:1234"
 
@@ -124,7 +129,7 @@ def test_a_timeout_says_where_each_rank_waited():
 def test_records_become_failures_or_none():
     relabel = lambda text: text.replace("<cell>", "Cell In[2]")  # noqa: E731
     render = lambda text: f"rendered({text})"  # noqa: E731
-    error = {"type": "KeyError", "message": "'x'", "traceback": "in <cell>", "time": 3.0}
+    error = RankError("KeyError", "builtins", "'x'", "in <cell>", time=3.0)
     failure = failure_of(RankRecord(1, exitcode=1, error=error), relabel, render)
     assert (failure.kind, failure.exc_type, failure.traceback, failure.at) == (
         "exception",
@@ -140,6 +145,44 @@ def test_records_become_failures_or_none():
         "rendered(dump)",
         True,
     )
+
+
+def same(text):
+    return text
+
+
+def test_a_run_where_every_rank_returned_raises_nothing_and_warns_of_crashes_at_exit():
+    records = [RankRecord(0, exitcode=0, result=b"a"), RankRecord(1, exitcode=-6, result=b"b")]
+    assert run_error(RunEnd(2, records), same, same) is None
+    (warning,) = exit_quirks(records)
+    assert warning.startswith("[ddp_helpers] warning: rank 1 was killed by SIGABRT")
+
+
+def test_how_a_run_ended_decides_its_error():
+    error = RankError("ValueError", "builtins", "bad", "tb", time=1.0, exception=None)
+    raised_one = [RankRecord(0, result=b"x"), RankRecord(1, exitcode=1, error=error)]
+    failed = run_error(RunEnd(2, raised_one), same, same)
+    assert (failed.kind, failed.rank, failed.returned_ranks) == ("exception", 1, [0])
+    fork = StartFailed(
+        "id", rank=3, error="[Errno 11] Resource temporarily unavailable", nproc_limit=8
+    )
+    started = run_error(RunEnd(4, raised_one, start_failure=fork), same, same)
+    assert (started.kind, started.rank) == ("start", 3)
+    assert "Rank 3 of 4 could not be started" in str(started) and "at most 8" in str(started)
+    confused = run_error(RunEnd(2, [], protocol_error="got dict"), same, same)
+    assert confused.kind == "launcher"
+    assert "did not understand each other (got dict)" in str(confused)
+    died = run_error(RunEnd(2, [], launcher_died=True), same, same)
+    assert died.kind == "launcher" and "died unexpectedly" in str(died)
+    stuck = [RankRecord(0, stack="dump"), RankRecord(1, result=b"x")]
+    late = run_error(RunEnd(2, stuck, timeout=5, timed_out=True), same, same)
+    assert late.kind == "timeout" and sorted(late.failures) == [0]
+
+
+def test_an_interrupt_shows_where_each_rank_was_if_any_said():
+    assert interrupt_report([RankRecord(0), RankRecord(1)], same) is None
+    text = interrupt_report([RankRecord(0, stack="in f"), RankRecord(1)], same)
+    assert text.startswith("Interrupted: every rank was stopped.") and "rank 0:\nin f" in text
 
 
 def test_the_error_keeps_every_failure_pickles_and_renders_for_ipython():

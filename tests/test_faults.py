@@ -141,29 +141,43 @@ def test_every_socket_a_run_listens_on_is_on_loopback():
             assert ip in ("127.0.0.1", "::1", "::ffff:127.0.0.1"), (rank, ip, port)
 
 
-def tutorial_on_port(rank, world_size, port):
+def tutorial_on_port(rank, world_size, port, folder):
+    import json
+
     import torch
     import torch.distributed as dist
+
+    from ddp_helpers import procs
 
     os.environ["MASTER_ADDR"] = "localhost"
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
     t = torch.ones(1)
     dist.all_reduce(t)
+    listening = [p for _, p in procs.listening_sockets()]  # rank 0's: the store's port
+    dist.barrier()
     dist.destroy_process_group()
+    seen = {"total": t.item(), "port": int(os.environ["MASTER_PORT"]), "listening": listening}
+    (folder / f"{rank}.json").write_text(json.dumps(seen))
 
 
-def test_a_port_held_by_another_program_is_never_used():
+def test_a_port_held_by_another_program_is_never_used(tmp_path):
+    import json
+
     holder = socket.socket()
     holder.bind(("127.0.0.1", 0))
     holder.listen()
     held = holder.getsockname()[1]
     try:
-        # The code asks for the held port itself; the launcher's own socket is used
-        # instead. Were the held port used, init_process_group would fail to bind it.
-        spawn(tutorial_on_port, args=(2, held), nprocs=2, timeout=60)
+        # The code asks for the held port itself; the launcher's own socket is used instead.
+        spawn(tutorial_on_port, args=(2, held, tmp_path), nprocs=2, timeout=60)
     finally:
         holder.close()
+    seen = [json.loads((tmp_path / f"{rank}.json").read_text()) for rank in range(2)]
+    assert [s["total"] for s in seen] == [2.0, 2.0]
+    port = seen[0]["port"]
+    assert port != held and seen[1]["port"] == port  # both ranks met on the launcher's port
+    assert port in seen[0]["listening"] and held not in seen[0]["listening"]
 
 
 CONCURRENT = """

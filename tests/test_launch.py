@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 
+import psutil
 import pytest
 
 from ddp_helpers import DistributedError, Results, launch, spawn
@@ -385,8 +386,12 @@ def test_next_launch_after_a_failure_works():
     ],
 )
 def test_bad_options_get_a_clear_error_before_anything_starts(kwargs, message):
+    client.shutdown()  # so that a launcher's helper started by this launch would show
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         launch(print, **kwargs)
+    assert {p.pid for p in psutil.Process().children(recursive=True)} == before
+    assert client.running() is None
 
 
 def test_nccl_without_gpus_says_how_many_were_found_and_what_works():
@@ -404,9 +409,13 @@ def test_an_unpicklable_argument_is_named():
         launch(print, 1, threading.Lock(), nprocs=2)
 
 
-def test_auto_backend_is_gloo_without_gpus():
-    expected = "nccl" if client.get().gpus >= 2 else "gloo"
-    assert list(launch(lambda: os.environ["DDP_HELPERS_BACKEND"], nprocs=2)) == [expected] * 2
+@pytest.mark.parametrize(("gpus", "backend"), [(0, "gloo"), (2, "nccl")])
+def test_auto_backend_is_gloo_without_gpus(monkeypatch, gpus, backend):
+    if gpus and client.get().gpus:
+        pytest.skip("faked GPUs on a machine with real ones: a rank would pin a missing one")
+    monkeypatch.setattr(client.get(), "gpus", gpus)
+    # The ranks only read which backend they were given: none initialises it.
+    assert list(launch(lambda: os.environ["DDP_HELPERS_BACKEND"], nprocs=2)) == [backend] * 2
 
 
 def tutorial_demo(rank, world_size, seen):
@@ -429,11 +438,46 @@ def test_spawn_runs_tutorial_code_unchanged(capsys):
     assert "[rank 0] rank 0: sum 1 ok" in out and "[rank 1] rank 1: sum 1 ok" in out
 
 
-def test_spawn_without_join_returns_a_context_to_join():
-    ctx = spawn(tutorial_demo, args=(2, "later"), nprocs=2, join=False)
-    while not ctx.join(timeout=0.05):
-        pass
+def nap_then_demo(rank, world_size, seen):
+    time.sleep(1.0)
+    tutorial_demo(rank, world_size, seen)
+
+
+def test_spawn_without_join_returns_at_once_and_join_waits_for_the_ranks(capsys):
+    ctx = spawn(nap_then_demo, args=(2, "later"), nprocs=2, join=False)
+    assert ctx.join(timeout=0.05) is False  # the ranks are still napping
+    assert "rank 0: sum 1 later" not in capsys.readouterr().out
     assert ctx.join() is True
+    out = capsys.readouterr().out
+    assert "[rank 0] rank 0: sum 1 later" in out and "[rank 1] rank 1: sum 1 later" in out
+
+
+def use_a_child_process(rank):
+    import multiprocessing
+
+    child = multiprocessing.get_context("fork").Process(target=int)
+    child.start()
+    child.join()
+
+
+def test_spawn_daemon_ranks_may_not_have_children_as_with_torch():
+    assert spawn(use_a_child_process, nprocs=2, daemon=False) is None
+    with pytest.raises(DistributedError, match="daemonic processes are not allowed to have"):
+        spawn(use_a_child_process, nprocs=2, daemon=True)
+
+
+@pytest.mark.parametrize("method", ["spawn", "fork", "forkserver"])
+def test_spawn_takes_every_start_method_of_multiprocessing(tmp_path, method):
+    def mark(rank, folder):
+        (folder / str(rank)).write_text(os.environ["RANK"])
+
+    assert spawn(mark, args=(tmp_path,), nprocs=2, start_method=method) is None
+    assert sorted(p.read_text() for p in tmp_path.iterdir()) == ["0", "1"]
+
+
+def test_spawn_refuses_an_unknown_start_method_before_anything_starts():
+    with pytest.raises(ValueError, match=r"start_method must be 'spawn', 'fork' or 'forkserver'"):
+        spawn(print, nprocs=2, start_method="thread")
 
 
 def test_spawn_reports_a_failure_like_launch():
@@ -531,11 +575,14 @@ def test_a_spawn_that_is_never_joined_does_not_block_later_launches(capfd):
 @pytest.mark.parametrize("setting, starts", [(None, True), ("0", False)])
 def test_load_ext_starts_the_launcher_ahead_unless_told_not_to(setting, starts):
     code = (
-        "import threading\n"
+        "import threading, psutil\n"
         "from IPython.core.interactiveshell import InteractiveShell\n"
         "import ddp_helpers\n"
         "ddp_helpers.load_ipython_extension(InteractiveShell.instance())\n"
-        "print(any(t.name == 'ddp-warm-up' for t in threading.enumerate()))\n"
+        "for thread in threading.enumerate():\n"
+        "    if thread.name == 'ddp-warm-up':\n"
+        "        thread.join(60)\n"
+        "print(any(p.name() == 'ddp-zygote' for p in psutil.Process().children()))\n"
     )
     env = with_this_package(dict(os.environ))
     env.pop("DDP_HELPERS_WARM_UP", None)
@@ -572,22 +619,57 @@ def test_wire_carries_more_descriptors_than_one_message_can():
     import socket
 
     from ddp_helpers.launcher import wire
+    from ddp_helpers.launcher.protocol import Started
 
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     pipes = [os.pipe() for _ in range(2 * wire.MAX_FDS + 3)]
     try:
-        wire.send(a, {"op": "first"}, [w for _, w in pipes])
-        wire.send(a, {"op": "second"})
+        wire.send(a, Started("first"), [w for _, w in pipes])
+        wire.send(a, Started("second"))
         msg, fds = wire.recv(b)
-        assert msg == {"op": "first"} and len(fds) == len(pipes)
+        assert msg == Started("first") and len(fds) == len(pipes)
         for i, ((r, _), fd) in enumerate(zip(pipes, fds, strict=True)):  # in order
             os.write(fd, str(i).encode())
             os.close(fd)
             assert os.read(r, 16) == str(i).encode()
-        assert wire.recv(b) == ({"op": "second"}, [])
+        assert wire.recv(b) == (Started("second"), [])
     finally:
         a.close()
         b.close()
         for r, w in pipes:
             os.close(r)
             os.close(w)
+
+
+def test_a_message_of_the_wrong_shape_is_named_with_what_was_expected():
+    from ddp_helpers.launcher.protocol import Exited, ProtocolError, Started, expect
+
+    assert expect(Started("7"), Started, Exited, sender="the zygote") == Started("7")
+    cases = [
+        ({"op": "started", "id": "7"}, "expected Started or Exited, got dict"),
+        (Exited("7", rank="0", status=0), "malformed Exited from the zygote: rank is str, not int"),
+        (Exited("7", rank=True, status=0), "rank is bool, not int"),
+        (object.__new__(Started), "malformed Started from the zygote: it has no field 'id'"),
+    ]
+    for message, says in cases:
+        with pytest.raises(ProtocolError, match=says):
+            expect(message, Started, Exited, sender="the zygote")
+
+
+def test_a_request_the_helper_cannot_read_is_a_clear_error_and_the_next_launch_works(
+    monkeypatch,
+):
+    from ddp_helpers.launcher import api
+
+    helper = client.get()
+    monkeypatch.setattr(api, "cell_sources", lambda: ["not", "a", "dict"])
+    with pytest.raises(DistributedError) as info:
+        launch(print, nprocs=2)
+    assert info.value.kind == "launcher"
+    assert "did not understand each other (malformed LaunchRequest from the kernel: " in str(
+        info.value
+    )
+    assert "sources is list, not dict" in str(info.value)
+    monkeypatch.undo()
+    assert list(launch(lambda: 1, nprocs=2)) == [1, 1]
+    assert client.running() is not helper  # that one was stopped: a fresh one took over

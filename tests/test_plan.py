@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from ddp_helpers.launcher.plan import Options, place, rank_environment
+from ddp_helpers.launcher.plan import (
+    Options,
+    place,
+    rank_environment,
+    rank_environments,
+    shared_environment,
+    zygote_environment,
+)
 
 
 @pytest.mark.parametrize(
@@ -102,3 +109,49 @@ def test_nccl_asked_for_without_a_gpu_per_rank_is_refused_with_what_works():
     with pytest.raises(ValueError, match=r"4 ranks were asked for but 2 GPU\(s\).*'gloo'"):
         place(options, gpus=2, visible_now=None)
     assert place(options, gpus=4, visible_now=None).backend == "nccl"
+
+
+@pytest.mark.parametrize(
+    ("omp", "cpus", "nprocs", "threads"),
+    [(None, 8, 2, 4), (None, 2, 4, 1), ("3", 8, 2, 3), ("0", 8, 4, 2), ("x", 8, 8, 1)],
+)
+def test_each_rank_gets_its_share_of_the_cores_unless_omp_num_threads_is_set(
+    omp, cpus, nprocs, threads
+):
+    environ = {} if omp is None else {"OMP_NUM_THREADS": omp}
+    env, got = shared_environment(environ, nprocs, "gloo", cpus, "lo")
+    assert (got, env["OMP_NUM_THREADS"]) == (threads, str(threads))
+
+
+def test_the_ranks_environment_is_the_kernels_kept_on_loopback_unless_chosen():
+    kernel = {"HOME": "/home/me", "GLOO_SOCKET_IFNAME": "eth1", "TORCH_CPP_LOG_LEVEL": "INFO"}
+    env, _ = shared_environment(kernel, 2, "nccl", 4, "lo")
+    assert env["HOME"] == "/home/me" and env["MPLBACKEND"] == "Agg"
+    assert (env["GLOO_SOCKET_IFNAME"], env["NCCL_SOCKET_IFNAME"]) == ("eth1", "lo")
+    assert env["TORCH_CPP_LOG_LEVEL"] == "INFO"  # the user's choice is kept
+    assert (env["PYTHONUNBUFFERED"], env["DDP_HELPERS_BACKEND"]) == ("1", "nccl")
+    assert kernel == {
+        "HOME": "/home/me",
+        "GLOO_SOCKET_IFNAME": "eth1",
+        "TORCH_CPP_LOG_LEVEL": "INFO",
+    }
+    quiet, _ = shared_environment({}, 2, "gloo", 4, None)  # no loopback interface known
+    assert quiet["TORCH_CPP_LOG_LEVEL"] == "ERROR" and "GLOO_SOCKET_IFNAME" not in quiet
+
+
+def test_the_zygote_runs_one_thread_per_library():
+    env = zygote_environment({"OMP_NUM_THREADS": "8", "OPENBLAS_NUM_THREADS": "2"})
+    assert (env["OMP_NUM_THREADS"], env["OPENBLAS_NUM_THREADS"]) == ("1", "2")
+    assert zygote_environment({})["OPENBLAS_NUM_THREADS"] == "1"
+    assert zygote_environment({})["TORCH_CPP_LOG_LEVEL"] == "ERROR"
+
+
+def test_every_rank_meets_on_loopback_with_torchruns_nccl_error_handling():
+    options = Options.checked(nprocs=2)
+    placement = place(options, gpus=0, visible_now=None)
+    envs = rank_environments(options, placement, 4242, "r", {})
+    assert [e["RANK"] for e in envs] == ["0", "1"]
+    assert {(e["MASTER_ADDR"], e["MASTER_PORT"]) for e in envs} == {("127.0.0.1", "4242")}
+    assert {e["TORCH_NCCL_ASYNC_ERROR_HANDLING"] for e in envs} == {"1"}
+    mine = rank_environments(options, placement, 1, "r", {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "0"})
+    assert mine[0]["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "0"

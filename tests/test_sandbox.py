@@ -1,10 +1,13 @@
-"""`grade --sandbox` and the limits: what a submission can reach, and what it may use.
+"""`grade`'s sandbox (the default where it can run), its clean environment and its limits:
+what a submission can reach, what it is given, and what it may use.
 
 The probes run inside a graded notebook and report what they saw in an error that lands
 in the feedback; they send nothing anywhere. The memory hog and the process flood are
 bounded by themselves (4 GiB, 2,000 sleepers), so that a limit that does not hold cannot
-take this machine down. Nothing here skips: without bubblewrap the sandboxed batch fails
-with the grader's own message saying how to install it (`.ci/run` installs it as root).
+take this machine down. The leaking submission (issue 21) raises with INSTRUCTOR_TOKEN,
+which the grader holds: no output may show it, with or without the sandbox, unless
+--pass-env gives it. Nothing here skips: without bubblewrap the sandboxed batch fails with
+the grader's own note saying how to install it (`.ci/run` installs it as root).
 """
 
 from __future__ import annotations
@@ -24,7 +27,12 @@ from pathlib import Path
 import nbformat
 import psutil
 import pytest
-from fixtures.submissions import FLOOD_SECONDS, NAMES, make_hostile_submissions
+from fixtures.submissions import (
+    FLOOD_SECONDS,
+    NAMES,
+    make_hostile_submissions,
+    make_leaking_submission,
+)
 
 from ddp_helpers.exercises import exercises_of
 from ddp_helpers.grading import sandbox
@@ -34,6 +42,12 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "ddp_helpers"
 FULL = sum(ex.points for ex in exercises_of("01"))
 TIMEOUT = 20
+TOKEN = "s3cr3t-123"  # the instructor's, in the grader's environment only
+GIVEN = ("DDP_HELPERS_TEST_GIVEN", "given-789")  # a variable of the course's: passed
+SECRETS = {"INSTRUCTOR_TOKEN": TOKEN, GIVEN[0]: GIVEN[1]}
+OUTPUTS = ["--out", "grades.csv", "--feedback", "feedback", "--gradescope", "gs"]
+OUTPUTS += ["--report", "report.html"]
+WITHOUT = "note: Grading without the sandbox"
 
 
 def _grade(args, cwd: Path, **env) -> subprocess.CompletedProcess:
@@ -58,6 +72,25 @@ def _feedback(folder: Path, name: str) -> str:
     return (folder / f"subs__{name}__{NAMES['01'].removesuffix('.ipynb')}.md").read_text()
 
 
+def _outputs(tmp: Path) -> dict[str, str]:
+    """Every file a run wrote for the instructor and the learners, by name: its text."""
+    files = [tmp / "grades.csv", tmp / "report.html", *(tmp / "feedback").iterdir()]
+    files += (tmp / "gs").rglob("results.json")
+    return {str(path.relative_to(tmp)): path.read_text() for path in files}
+
+
+def _leak_outputs(tmp: Path) -> dict[str, str]:
+    """The leaking submission's feedback and results.json."""
+    stem = f"subs__leak__{NAMES['01'].removesuffix('.ipynb')}"
+    results = tmp / "gs" / "results.json"  # where it goes when graded alone
+    return {
+        "feedback": (tmp / "feedback" / f"{stem}.md").read_text(),
+        "results.json": (
+            results if results.exists() else tmp / "gs" / stem / results.name
+        ).read_text(),
+    }
+
+
 def _left(tmp: Path) -> list[str]:
     """Processes of the run still alive: anything working under tmp, and the flood's sleepers."""
     found = []
@@ -79,7 +112,8 @@ def _left(tmp: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def sandboxed(tmp_path_factory):
-    """The hostile submissions graded with --sandbox --memory 2G, two at a time."""
+    """The hostile submissions and the leaking one graded in the sandbox, which is the default
+    where it can run (no --sandbox given), with --memory 2G, two at a time."""
     tmp = tmp_path_factory.mktemp("sandbox")
     readable = [
         str(ROOT / "README.md"),  # the course, outside its package
@@ -92,13 +126,15 @@ def sandboxed(tmp_path_factory):
     writable = [str(PACKAGE), str(ROOT), str(tmp), str(Path(sys.prefix))]
     mark = f"probe-{uuid.uuid4().hex[:8]}"  # a name of this run's own
     make_hostile_submissions(tmp / "subs", readable, writable, mark)
+    make_leaking_submission(tmp / "subs", GIVEN[0])
     folders = set(glob.glob("/tmp/ddp-grade-*"))
     run = _grade(
-        ["subs", "--sandbox", "--memory", "2G", "--jobs", "2", "--timeout", str(TIMEOUT)]
-        + ["--out", "grades.csv", "--feedback", "feedback"],
+        ["subs", "--memory", "2G", "--jobs", "2", "--timeout", str(TIMEOUT), *OUTPUTS],
         tmp,
+        **SECRETS,
     )
     assert run.returncode == 0, run.stderr
+    assert WITHOUT not in run.stderr, run.stderr  # it says why, and how to install it
     feedback = {n: _feedback(tmp / "feedback", n) for n in ("a_probe", "b_probe")}
     seen = {}
     for name, text in feedback.items():
@@ -115,6 +151,8 @@ def sandboxed(tmp_path_factory):
         "mark": mark,
         "left": _left(tmp),
         "folders_left": set(glob.glob("/tmp/ddp-grade-*")) - folders,
+        "outputs": _outputs(tmp),
+        "leak": _leak_outputs(tmp),
     }
     for folder in writable:  # what a broken sandbox let through is not left in the course
         (Path(folder) / mark).unlink(missing_ok=True)
@@ -171,28 +209,78 @@ def test_a_process_flood_gets_an_error_row_at_the_task_limit(sandboxed):
     assert f"more processes and threads than its limit of {sandbox.DEFAULT_TASKS}" in text
 
 
+def test_the_default_sandbox_keeps_the_graders_variables_out_of_every_output(sandboxed):
+    for name, text in sandboxed["outputs"].items():
+        assert TOKEN not in text, name
+    assert TOKEN not in sandboxed["run"].stderr
+    feedback, results = sandboxed["leak"]["feedback"], sandboxed["leak"]["results.json"]
+    # The variable it was not given is not there; one of the course's is, in the sandbox.
+    assert "TypeError" in feedback and "NoneType" in feedback
+    assert f"given {GIVEN[1]}, sees the course: False" in feedback
+    for text in (feedback, results, sandboxed["outputs"]["report.html"]):
+        assert f"leak in a rank None, given {GIVEN[1]}" in text
+
+
 def test_nothing_is_left_running_or_on_disk(sandboxed):
     assert sandboxed["left"] == []
     assert sandboxed["folders_left"] == set()
     assert sandboxed["run"].stdout == ""  # progress and summary go to stderr
 
 
+BLOCKED_BWRAP = "echo 'bwrap: No permissions to create new namespace' >&2; exit 1\n"
+
+
 @pytest.fixture(scope="module")
 def rlimited(tmp_path_factory):
-    """The memory hog and the process flood without cgroups: RLIMIT_DATA and a task count.
+    """Where the sandbox cannot run (a bwrap that fails as it does in most containers comes
+    first on PATH) and without cgroups: the default grades without the sandbox, and says so;
+    the leaking submission, the memory hog and the process flood meet the clean environment,
+    RLIMIT_DATA and a task count.
 
     (Without answers: the sandboxed batch above shows the answers around a hog still count.)
     """
     tmp = tmp_path_factory.mktemp("rlimit")
     make_hostile_submissions(tmp / "subs", [], [], answers=False)
+    make_leaking_submission(tmp / "subs", GIVEN[0])
+    path = _fake_bwrap(tmp / "bin", BLOCKED_BWRAP) + os.pathsep + os.environ["PATH"]
     run = _grade(
-        ["subs/memory_hog", "subs/process_flood", "--memory", "2G", "--jobs", "2"]
-        + ["--timeout", str(TIMEOUT), "--out", "grades.csv", "--feedback", "feedback"],
+        ["subs/memory_hog", "subs/process_flood", "subs/leak", "--memory", "2G", "--jobs", "2"]
+        + ["--timeout", str(TIMEOUT), *OUTPUTS],
         tmp,
         DDP_HELPERS_LIMITS="rlimit",
+        PATH=path,
+        **SECRETS,
     )
     assert run.returncode == 0, run.stderr
-    return {"tmp": tmp, "rows": _rows(tmp / "grades.csv"), "left": _left(tmp)}
+    return {
+        "tmp": tmp,
+        "run": run,
+        "rows": _rows(tmp / "grades.csv"),
+        "left": _left(tmp),
+        "outputs": _outputs(tmp),
+        "leak": _leak_outputs(tmp),
+    }
+
+
+def test_where_the_sandbox_cannot_run_the_first_line_says_so_and_grading_goes_on(rlimited):
+    run = rlimited["run"]
+    first = run.stderr.splitlines()[0]
+    assert first.startswith(WITHOUT), run.stderr
+    for words in ("No permissions to create new namespace", "unprivileged user namespaces"):
+        assert words in first  # why, and how to get it
+    assert "--no-sandbox" in first and "clean environment and the limits" in first
+    assert rlimited["rows"]["leak"]["status"] == "ok"
+
+
+def test_without_the_sandbox_the_graders_variables_stay_out_of_every_output(rlimited):
+    for name, text in rlimited["outputs"].items():
+        assert TOKEN not in text, name
+    assert TOKEN not in rlimited["run"].stderr
+    feedback, results = rlimited["leak"]["feedback"], rlimited["leak"]["results.json"]
+    assert "TypeError" in feedback and "NoneType" in feedback
+    assert f"given {GIVEN[1]}, sees the course: True" in feedback  # no sandbox indeed
+    for text in (feedback, results, rlimited["outputs"]["report.html"]):
+        assert f"leak in a rank None, given {GIVEN[1]}" in text
 
 
 def test_without_cgroups_the_limits_still_hold(rlimited):
@@ -204,7 +292,26 @@ def test_without_cgroups_the_limits_still_hold(rlimited):
     assert rlimited["left"] == []
 
 
-# ---------------------------------------------------------------- when it cannot be had
+@pytest.fixture(scope="module")
+def passed(tmp_path_factory):
+    """The leaking submission graded with --no-sandbox --pass-env INSTRUCTOR_TOKEN."""
+    tmp = tmp_path_factory.mktemp("passed")
+    make_leaking_submission(tmp / "subs", GIVEN[0])
+    run = _grade(
+        ["subs", "--no-sandbox", "--pass-env", "INSTRUCTOR_TOKEN", *OUTPUTS], tmp, **SECRETS
+    )
+    assert run.returncode == 0, run.stderr
+    return {"run": run, "leak": _leak_outputs(tmp), "outputs": _outputs(tmp), "left": _left(tmp)}
+
+
+def test_a_variable_named_with_pass_env_reaches_the_notebook(passed):
+    # What the two tests above look for does appear, once the notebook is given it.
+    feedback, results = passed["leak"]["feedback"], passed["leak"]["results.json"]
+    assert f"leak {TOKEN}" in feedback and "sees the course: True" in feedback
+    assert f"leak in a rank {TOKEN}, given" in results
+    assert f"leak in a rank {TOKEN}, given" in passed["outputs"]["report.html"]
+    assert WITHOUT not in passed["run"].stderr  # --no-sandbox: no note
+    assert passed["left"] == []
 
 
 def _fake_bwrap(folder: Path, script: str) -> str:
@@ -213,6 +320,47 @@ def _fake_bwrap(folder: Path, script: str) -> str:
     bwrap.write_text("#!/bin/sh\n" + script)
     bwrap.chmod(bwrap.stat().st_mode | stat.S_IXUSR)
     return f"{folder}:/usr/bin:/bin"
+
+
+def test_the_environment_holds_the_allow_list_the_passed_names_and_its_own_folders():
+    environ = {
+        "PATH": "/usr/bin",
+        "LANG": "ja_JP.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "DDP_HELPERS_LANG": "ja",
+        "DDP_HELPERS_GRADER_PID": "1",
+        "DDP_HELPERS_OUTPUT": "ordered",
+        "CUDA_VISIBLE_DEVICES": "1",
+        "HOME": "/home/instructor",
+        "TMPDIR": "/scratch",
+        "OMP_NUM_THREADS": "8",
+        "INSTRUCTOR_TOKEN": TOKEN,
+        "AWS_SECRET_ACCESS_KEY": "abc",
+        "HF_HOME": "/data/hf",
+        "VIRTUAL_ENV": "/venv",
+    }
+    conf = sandbox.Confinement(threads=2, pass_env=("HF_HOME",))
+    env = sandbox.submission_environment(environ, conf, "/w/home", "/w/tmp")
+    env.pop("PYTHONUSERBASE", None)  # only where the grader's Python has a user site
+    assert env == {
+        "PATH": "/usr/bin",
+        "LANG": "ja_JP.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "DDP_HELPERS_LANG": "ja",
+        "CUDA_VISIBLE_DEVICES": "1",
+        "HF_HOME": "/data/hf",
+        "HOME": "/w/home",
+        "TMPDIR": "/w/tmp",
+        "OMP_NUM_THREADS": "2",
+        "MKL_NUM_THREADS": "2",
+        "OPENBLAS_NUM_THREADS": "2",
+        "DDP_HELPERS_WARM_UP": "0",
+        "PYTHONPATH": str(ROOT),
+    }
+    assert sandbox.Confinement.from_json(conf.to_json()) == conf  # as the worker gets it
+
+
+# ---------------------------------------------------------------- when it cannot be had
 
 
 @pytest.mark.parametrize(
@@ -239,15 +387,35 @@ def test_sandbox_that_cannot_be_had_stops_before_grading(tmp_path, script, words
     assert not (tmp_path / "grades.csv").exists()
 
 
-def test_the_sandbox_can_be_the_default_and_turned_off(tmp_path):
+@pytest.mark.parametrize(
+    "args, env, note",
+    [
+        ([], {}, True),  # the default: without it, and says why and how to get it
+        (["--no-sandbox"], {}, False),
+        ([], {"DDP_HELPERS_SANDBOX": "0"}, False),
+        (["--no-sandbox"], {"DDP_HELPERS_SANDBOX": "1"}, False),
+    ],
+    ids=["default", "--no-sandbox", "DDP_HELPERS_SANDBOX=0", "=1 then --no-sandbox"],
+)
+def test_without_bubblewrap_the_default_grades_and_says_so_first(tmp_path, args, env, note):
     # A lesson notebook would need a kernel; it is enough to reach grading at all.
     (tmp_path / "scratch.ipynb").write_text(nbformat.writes(nbformat.v4.new_notebook()))
-    args, env = ["scratch.ipynb", "--out", "g.csv"], {"DDP_HELPERS_SANDBOX": "1"}
-    run = _grade(args, tmp_path, PATH="/nonexistent", **env)
-    assert run.returncode == 2 and "needs bubblewrap" in run.stderr
-    run = _grade([*args, "--no-sandbox"], tmp_path, PATH="/nonexistent", **env)
+    run = _grade(["scratch.ipynb", "--out", "g.csv", *args], tmp_path, PATH="/nonexistent", **env)
     assert run.returncode == 0, run.stderr
     assert "invalid" in (tmp_path / "g.csv").read_text()
+    first = run.stderr.splitlines()[0]
+    assert first.startswith(WITHOUT) is note, run.stderr
+    if note:
+        assert "bubblewrap (`bwrap`) is not installed" in first
+        assert "apt-get install bubblewrap" in first and "--no-sandbox" in first
+
+
+def test_the_sandbox_asked_for_by_the_environment_still_refuses_without_it(tmp_path):
+    (tmp_path / "scratch.ipynb").write_text(nbformat.writes(nbformat.v4.new_notebook()))
+    env = {"DDP_HELPERS_SANDBOX": "1", "PATH": "/nonexistent"}
+    run = _grade(["scratch.ipynb", "--out", "g.csv"], tmp_path, **env)
+    assert run.returncode == 2 and "needs bubblewrap" in run.stderr
+    assert not (tmp_path / "g.csv").exists()
 
 
 @pytest.mark.parametrize(
@@ -257,9 +425,12 @@ def test_the_sandbox_can_be_the_default_and_turned_off(tmp_path):
         (["--memory", "1M"], "at least 256M"),
         (["--tasks", "3"], "--tasks takes a whole number"),
         (["--threads", "0"], "--threads must be 1 or more"),
+        (["--pass-env", "NOT_SET_HERE_21"], "NOT_SET_HERE_21 is not set here"),
+        (["--pass-env", "HOME"], "gives every submission a HOME of its own"),
+        (["--pass-env", "A=B"], "--pass-env takes the name of an environment variable"),
     ],
 )
-def test_bad_limits_get_one_clear_error(tmp_path, args, words):
+def test_bad_limits_or_variables_get_one_clear_error(tmp_path, args, words):
     run = _grade([str(tmp_path), *args], tmp_path)
     assert run.returncode == 2
     assert words in run.stderr

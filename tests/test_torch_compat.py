@@ -41,6 +41,61 @@ def test_an_untested_torch_release_is_named(monkeypatch):
     assert "torch 9.9.0 is not among the releases" in torch_compat.check()["peer_text"]
 
 
+def test_torch_load_saying_something_else_for_a_missing_gpu_fails_its_self_check(monkeypatch):
+    import torch.serialization
+
+    def worded_otherwise(location, backend_name):
+        raise RuntimeError(f"no {backend_name} device {location} here")
+
+    monkeypatch.setattr(torch.serialization, "_validate_device", worded_otherwise)
+    results = torch_compat.check()
+    assert "says: RuntimeError: no cuda device cuda:99 here" in results["load_device_text"]
+    (line,) = torch_compat.warnings(results)
+    assert "lesson 04's load check shows torch's own error" in line
+
+
+def test_the_missing_gpu_self_check_leaves_torch_cuda_as_it_was():
+    import torch
+
+    before = torch.cuda.is_available, torch.cuda.device_count
+    assert torch_compat.check()["load_device_text"] is None
+    assert (torch.cuda.is_available, torch.cuda.device_count) == before
+
+
+def test_the_teardown_pause_is_checked_by_applying_it_and_then_undone(monkeypatch):
+    import sys
+
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    destroy, interval = dist.destroy_process_group, sys.getswitchinterval()
+    assert torch_compat.check()["teardown_pause"] is None
+    assert dist.destroy_process_group is destroy and sys.getswitchinterval() == interval
+    assert "__del__" not in DistributedDataParallel.__dict__
+    monkeypatch.setattr(torch_compat, "pause_after_destroy", lambda: lambda: None)
+    assert "it changes nothing" in torch_compat.check()["teardown_pause"]
+
+
+def test_the_debug_level_is_checked_by_reading_it_back_and_then_restored(monkeypatch):
+    import os
+
+    import torch.distributed as dist
+
+    monkeypatch.delenv("TORCH_DISTRIBUTED_DEBUG", raising=False)
+    level = dist.get_debug_level()
+    assert torch_compat.check()["debug_level"] is None
+    assert dist.get_debug_level() == level and "TORCH_DISTRIBUTED_DEBUG" not in os.environ
+    monkeypatch.setattr(dist, "set_debug_level_from_env", lambda: None)  # reads nothing
+    assert "it changes nothing" in torch_compat.check()["debug_level"]
+
+
+def test_the_zygote_warms_up_torch_dynamo_unless_its_touchpoint_is_off():
+    results = torch_compat.check()
+    assert "torch._dynamo" in torch_compat.warm_modules(results)
+    results["dynamo_preload"] = torch_compat.MESSAGES["disabled"]
+    assert torch_compat.warm_modules(results) == ()
+
+
 def all_reduce_on_the_default_store():
     import os
 

@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import os
-import re
 import time
 from pathlib import Path
 
-from . import links
+from ..stubs import BEGIN, END, stub_line
+from . import links, translations
 
 ROOT = Path(__file__).resolve().parents[2]
-# `# BEGIN SOLUTION (from exercise 2.2)`: a later lesson asks for an earlier answer again
-# (pasted in); its stub names that exercise and it does not count among this lesson's.
-BEGIN = re.compile(r"^(\s*)# BEGIN SOLUTION(?: \(from exercise (\d+\.\d+)\))?\s*$")
-END = re.compile(r"^\s*# END SOLUTION\s*$")
 DROP_TAG = "solution-only"
 
 MESSAGES = {
@@ -75,6 +71,17 @@ except ImportError:
         "`%pip install PATH_OF_THE_COPY`. It keeps this kernel's torch if that is {torch}. "
         "Or run `make lab` in the copy."
     ) from None"""
+# A translated edition's notebooks (solutions/ja, lessons/ja) speak their language: the checks'
+# and the launcher's messages, in the kernel and in its ranks. DDP_HELPERS_LANG overrides it.
+LANGUAGE_TAG = "course-language"
+LANGUAGE_CELL = {
+    "ja": """\
+# このノートブックの言語: チェックとランチャーのメッセージが日本語になります
+# (Jupyter を起動する前に DDP_HELPERS_LANG=en を設定すると英語)。
+import ddp_helpers
+
+ddp_helpers.use_language("ja")""",
+}
 README_START = "<!-- lesson badges: python -m ddp_helpers build writes them -->"
 README_END = "<!-- end of lesson badges -->"
 
@@ -105,7 +112,7 @@ def strip_solutions(
             if begin[2] is None:
                 count += 1
             exercise = begin[2] or f"{lesson}.{first + count - 1}"
-            out.append(f'{begin[1]}raise NotImplementedError("exercise {exercise}")')
+            out.append(stub_line(exercise, indent=begin[1]))
             begin = None
     if begin is not None:
         raise BuildError(MESSAGES["unclosed"].format(nb=where[0], cell=where[1], line=begin[0]))
@@ -133,14 +140,14 @@ def make_lesson(nb, name: str):
     return lesson, regions
 
 
-def add_course_cells(lesson, name: str, repository, torch: str) -> None:
+def add_course_cells(lesson, name: str, repository, torch: str, folder: str = "lessons") -> None:
     """Put the badges (with a repository) and the set-up cell after the lesson's title."""
     from ..nbformat_quick import nbformat as _nbformat
 
     v4 = _nbformat().v4
     cells = []
     if repository is not None:
-        cells.append(v4.new_markdown_cell(repository.badges(f"lessons/{name}")))
+        cells.append(v4.new_markdown_cell(repository.badges(f"{folder}/{name}")))
         cells[-1].metadata["tags"] = [BADGES_TAG]
         setup = SETUP_INSTALL.format(requirement=repository.requirement, torch=torch)
     else:
@@ -209,6 +216,9 @@ def build_lessons(
         from ..exercises import LESSONS, notebook_name
 
         listed = {notebook_name(lesson) for lesson in LESSONS}
+    # Translated editions: where the solutions' folder sits beside an i18n/ with translations.
+    i18n = Path(solutions).parent / "i18n"
+    editions = [lang for lang in translations.EDITIONS if (i18n / lang).is_dir()]
     problems = []
     names = set()
     for path in _solutions(solutions):
@@ -216,29 +226,84 @@ def build_lessons(
         if listed is not None and path.name not in listed:
             problems.append(MESSAGES["unlisted"].format(name=path.name, number=path.name[:2]))
         nb = nbformat.read(path, as_version=4)
-        lesson, regions = make_lesson(nb, path.name)
-        add_course_cells(lesson, path.name, repository, torch)
-        text = nbformat.writes(lesson) + "\n"
-        target = lessons / path.name
-        if check:
-            if not target.exists():
-                problems.append(MESSAGES["missing"].format(name=path.name))
-            elif target.read_text(encoding="utf-8") != text:
-                problems.append(MESSAGES["stale"].format(name=path.name))
-        else:
-            lessons.mkdir(parents=True, exist_ok=True)
-            target.write_text(text, encoding="utf-8")
-            print(MESSAGES["wrote"].format(name=path.name, regions=regions))
+        problems += _write_lesson(nb, path.name, lessons, "lessons", repository, torch, check)
+        for lang in editions:
+            problems += _build_edition(
+                nb, path.name, lang, (solutions, lessons), repository, torch, check
+            )
     for name in sorted((listed or set()) - names):
         problems.append(MESSAGES["unwritten"].format(name=name))
-    for extra in sorted(p.name for p in lessons.glob("[0-9][0-9]_*.ipynb")):
-        if extra not in names:
-            problems.append(MESSAGES["extra"].format(name=extra))
+    for folder in [lessons, *(lessons / lang for lang in editions)]:
+        for extra in sorted(p.name for p in folder.glob("[0-9][0-9]_*.ipynb")):
+            if extra not in names:
+                problems.append(MESSAGES["extra"].format(name=extra))
     if readme is not None:
         problems += _build_readme(readme, repository, sorted(names), check)
     if check and not problems:
         print(MESSAGES["in_sync"].format(count=len(names)))
     return problems
+
+
+def _write(target: Path, text: str, check: bool, shown: str) -> list[str]:
+    """Write `text` to `target`, or with check=True say how it differs; [problem] or []."""
+    if check:
+        if not target.exists():
+            return [MESSAGES["missing"].format(name=shown)]
+        if target.read_text(encoding="utf-8") != text:
+            return [MESSAGES["stale"].format(name=shown)]
+        return []
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text, encoding="utf-8")
+    return []
+
+
+def _write_lesson(nb, name: str, lessons: Path, folder: str, repository, torch, check) -> list:
+    """The learner's notebook made from solution `nb` and written to lessons/<name>."""
+    from ..nbformat_quick import nbformat as _nbformat
+
+    lesson, regions = make_lesson(nb, name)
+    add_course_cells(lesson, name, repository, torch, folder)
+    shown = name if folder == "lessons" else f"{folder.removeprefix('lessons/')}/{name}"
+    problems = _write(lessons / name, _nbformat().writes(lesson) + "\n", check, shown)
+    if not check:
+        print(MESSAGES["wrote"].format(name=shown, regions=regions))
+    return problems
+
+
+def _build_edition(english, name: str, lang: str, folders, repository, torch, check) -> list:
+    """solutions/<lang>/<name> from the English and its translation, then its lesson.
+
+    `folders`: (solutions, lessons), the English ones; the translations are in the i18n/
+    beside them.
+    """
+    from ..nbformat_quick import nbformat as _nbformat
+
+    nbformat = _nbformat()
+    solutions, lessons = folders
+    target = solutions / lang / name
+    previous = nbformat.read(target, as_version=4) if target.exists() else None
+    edition = translations.make_edition(english, name, lang, solutions.parent, previous)
+    if edition.notebook is None:
+        return edition.problems
+    add_language_cell(edition.notebook, name, lang)
+    text = nbformat.writes(edition.notebook) + "\n"
+    problems = edition.problems + _write(target, text, check, f"{lang}/{name}")
+    return problems + _write_lesson(
+        edition.notebook, name, lessons / lang, f"lessons/{lang}", repository, torch, check
+    )
+
+
+def add_language_cell(nb, name: str, lang: str) -> None:
+    """After the title, the cell that makes the notebook's checks and launcher speak `lang`."""
+    from ..nbformat_quick import nbformat as _nbformat
+
+    cell = _nbformat().v4.new_code_cell(LANGUAGE_CELL[lang])
+    cell.metadata["tags"] = [LANGUAGE_TAG]
+    cell["id"] = f"{name[:2]}-language"
+    previous = next((c for c in nb.cells if c.get("id") == cell["id"]), None)
+    if previous is not None:  # keep what it printed last time (nothing)
+        nb.cells.remove(previous)
+    nb.cells.insert(1, cell)
 
 
 def _build_readme(readme: Path, repository, names: list[str], check: bool) -> list[str]:
@@ -257,9 +322,17 @@ def _build_readme(readme: Path, repository, names: list[str], check: bool) -> li
 
 
 def execute_solutions(
-    solutions: Path = ROOT / "solutions", timeout: int = 300, only: list[str] | None = None
+    solutions: Path = ROOT / "solutions",
+    timeout: int = 300,
+    only: list[str] | None = None,
+    languages: list[str] | None = None,
 ) -> None:
-    """Run the solution notebooks (`only` these lessons) in fresh kernels; store outputs."""
+    """Run the solution notebooks (`only` these lessons) in fresh kernels; store outputs.
+
+    A translated edition's notebooks (solutions/ja/) are run too when `solutions` holds them
+    (`languages`: only these editions, "en" the English); their language cell makes them
+    speak it.
+    """
     from ..nbformat_quick import nbformat as _nbformat
 
     nbformat = _nbformat()
@@ -267,7 +340,11 @@ def execute_solutions(
 
     # The stored record must not depend on which rank printed first.
     os.environ["DDP_HELPERS_OUTPUT"] = "ordered"
-    for path in _solutions(solutions):
+    paths = _solutions(solutions) if not languages or "en" in languages else []
+    for lang in translations.EDITIONS:
+        if (solutions / lang).is_dir() and (not languages or lang in languages):
+            paths += sorted((solutions / lang).glob("[0-9][0-9]_*.ipynb"))
+    for path in paths:
         if only and path.name[:2] not in only:
             continue
         nb = nbformat.read(path, as_version=4)
@@ -281,4 +358,5 @@ def execute_solutions(
         for cell in nb.cells:
             cell.metadata.pop("execution", None)
         nbformat.write(nb, path)
-        print(MESSAGES["executed"].format(name=path.name, seconds=time.monotonic() - started))
+        shown = path.relative_to(solutions).as_posix()
+        print(MESSAGES["executed"].format(name=shown, seconds=time.monotonic() - started))

@@ -8,38 +8,43 @@ the rest, then `main()` called. Authoring marks (`# BEGIN SOLUTION`) are left ou
 from __future__ import annotations
 
 import ast
-import re
 from pathlib import Path
+
+from ..i18n import messages
+from ..stubs import BEGIN, END, exercise_in
 
 EXPORT_TAG = "export"
 COURSE_PACKAGE = "ddp_helpers"
-_MARK = re.compile(r"^\s*# (BEGIN SOLUTION( \(from exercise \d+\.\d+\))?|END SOLUTION)\s*$")
 
-MESSAGES = {
-    "no_cells": (
-        "{nb} has no cells tagged `export`, so there is nothing to write. Tag the cells that "
-        "make up the script (JupyterLab: the gear icon, Common Tools, Cell Tags)."
-    ),
-    "not_done": (
-        "{nb}: the script needs {missing}, still `raise NotImplementedError(...)` in this "
-        "notebook. {what}, then export again."
-    ),
-    "exercise": "exercise {ids}",
-    "exercises": "exercises {ids}",
-    "pasted": "{which} from lesson {lesson}",
-    "finish": "Finish it",
-    "finish_all": "Finish them",
-    "paste": "Paste your answers from the earlier lessons into this notebook's cell for them",
-    "finish_and_paste": (
-        "Finish this lesson's, paste your answers from the earlier lessons into this "
-        "notebook's cell for them"
-    ),
-    "syntax": "{nb}: an exported cell does not compile: {error}",
-    "no_main": "{nb}: the exported cells define no `main()` for the script to run.",
-    "wrote": (
-        "wrote {out} ({cells} cells); run it with: torchrun --standalone --nproc-per-node 2 {out}"
-    ),
-}
+MESSAGES = messages(
+    "authoring.export",
+    {
+        "no_cells": (
+            "{nb} has no cells tagged `export`, so there is nothing to write. Tag the cells that "
+            "make up the script (JupyterLab: the gear icon, Common Tools, Cell Tags)."
+        ),
+        "not_done": (
+            "{nb}: the script needs {missing}, still `raise NotImplementedError(...)` in this "
+            "notebook. {what}, then export again."
+        ),
+        "exercise": "exercise {ids}",
+        "exercises": "exercises {ids}",
+        "pasted": "{which} from lesson {lesson}",
+        "finish": "Finish it",
+        "finish_all": "Finish them",
+        "paste": "Paste your answers from the earlier lessons into this notebook's cell for them",
+        "finish_and_paste": (
+            "Finish this lesson's, paste your answers from the earlier lessons into this "
+            "notebook's cell for them"
+        ),
+        "syntax": "{nb}: an exported cell does not compile: {error}",
+        "no_main": "{nb}: the exported cells define no `main()` for the script to run.",
+        "wrote": (
+            "wrote {out} ({cells} cells); run it with: "
+            "torchrun --standalone --nproc-per-node 2 {out}"
+        ),
+    },
+)
 
 HEADER = '''"""Training script exported from {nb} by `python -m ddp_helpers export`.
 
@@ -74,14 +79,14 @@ def export_script(notebook: Path, name: str = "train.py") -> tuple[str, int]:
         source = "\n".join(
             line
             for line in cell.source.splitlines()
-            if not _is_magic(line) and not _MARK.match(line)
+            if not _is_magic(line) and not (BEGIN.match(line) or END.match(line))
         )
         try:
             tree = ast.parse(source)
         except SyntaxError as exc:
             raise ExportError(MESSAGES["syntax"].format(nb=notebook, error=exc)) from None
-        stubs += [s for s in map(_stub_exercise, ast.walk(tree)) if s and s not in stubs]
         lines = source.splitlines()
+        stubs += [s for s in map(exercise_in, lines) if s and s not in stubs]
         taken = set()
         for node in tree.body:
             if isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -145,16 +150,6 @@ def _not_done(notebook: Path, stubs: list[str]) -> str:
     else:
         what = MESSAGES["finish" if len(own) == 1 else "finish_all"]
     return MESSAGES["not_done"].format(nb=notebook, missing=missing, what=what)
-
-
-def _stub_exercise(node) -> str | None:
-    if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call):
-        func, args = node.exc.func, node.exc.args
-        if getattr(func, "id", None) == "NotImplementedError" and args:
-            text = getattr(args[0], "value", "")
-            if isinstance(text, str) and text.startswith("exercise "):
-                return text.split(" ", 1)[1]
-    return None
 
 
 def _import_block(imports: list[str]) -> str:

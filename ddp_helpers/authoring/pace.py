@@ -8,8 +8,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ..stubs import BEGIN, END
+
 # The rates behind the estimate, for a learner new to distributed training:
-# - technical prose read to be understood: 150 words a minute;
+# - technical prose read to be understood: 150 words a minute; Japanese prose 400 characters a
+#   minute (kana, kanji and their punctuation; native readers take in 400-600 a minute of
+#   general text, technical text sits at the low end), its Latin words (API names) at 150;
 # - code read line by line (not skimmed): 20 lines a minute;
 # - 5 s per code cell to run it, 3 s per line it prints (at most 20 lines a cell: a long
 #   stack is skimmed), 30 s per picture;
@@ -18,6 +22,7 @@ from dataclasses import dataclass, field
 #   `minutes` is set (an Exercise attribute) says why it differs from that rule;
 # - an earlier lesson's answer pasted in again: half a minute (find it, copy, paste).
 WORDS_PER_MINUTE = 150
+JAPANESE_CHARACTERS_PER_MINUTE = 400
 CODE_LINES_PER_MINUTE = 20
 SECONDS_PER_CODE_CELL = 5
 SECONDS_PER_OUTPUT_LINE = 3
@@ -27,11 +32,14 @@ MINUTES_PER_ANSWER_LINE = 2 / 3
 MINUTES_PER_PASTED_ANSWER = 0.5
 TARGET_MINUTES = 20
 
-GOING_FURTHER = re.compile(r"^## Going further", re.M)
-STATED = re.compile(r"\*Core path: about (\d+) minutes of reading and running, (\d+) exercises?\.")
+# A translation keeps the English words in its heading: "## さらに先へ (Going further)".
+GOING_FURTHER = re.compile(r"^## (?:.*\()?Going further", re.M)
+STATED = re.compile(
+    r"\*(?:Core path: about (\d+) minutes of reading and running, (\d+) exercises?\."
+    r"|コアパス: 読んで実行して約 (\d+) 分、演習 (\d+) 問。)"
+)
 _WORD = re.compile(r"[A-Za-z0-9_'`.-]+")
-_BEGIN = re.compile(r"^\s*# BEGIN SOLUTION(?: \(from exercise (\d+\.\d+)\))?\s*$")
-_END = re.compile(r"^\s*# END SOLUTION\s*$")
+_JAPANESE = re.compile(r"[\u3000-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uff00-\uffef]")
 
 
 def _code_lines(lines) -> int:
@@ -49,6 +57,7 @@ class CorePath:
     pictures: int
     exercise_minutes: tuple[float, ...] = field(default=())  # one entry per exercise
     pasted: int = 0
+    japanese_characters: int = 0
 
     @property
     def exercises(self) -> int:
@@ -57,7 +66,8 @@ class CorePath:
     def parts(self) -> dict[str, float]:
         """Minutes spent on each kind of work."""
         return {
-            "prose": self.words / WORDS_PER_MINUTE,
+            "prose": self.words / WORDS_PER_MINUTE
+            + self.japanese_characters / JAPANESE_CHARACTERS_PER_MINUTE,
             "code": self.code_lines / CODE_LINES_PER_MINUTE,
             "running": self.code_cells * SECONDS_PER_CODE_CELL / 60,
             "outputs": (
@@ -101,12 +111,13 @@ def core_path(solution, exercises=()) -> CorePath:
     each exercise) and the outputs a learner reads. `exercises`: the lesson's Exercise
     objects, in order, for those whose `minutes` is set.
     """
-    words = cells = code = outputs = pictures = pasted = 0
+    words = characters = cells = code = outputs = pictures = pasted = 0
     answers: list[float] = []
     for cell in solution.cells:
         if cell.cell_type == "markdown":
             head = GOING_FURTHER.split(cell.source)[0]
-            words += len(_WORD.findall(head))
+            characters += len(_JAPANESE.findall(head))
+            words += len(_WORD.findall(_JAPANESE.sub(" ", head)))
             if head != cell.source:
                 break
             continue
@@ -115,10 +126,10 @@ def core_path(solution, exercises=()) -> CorePath:
         cells += 1
         shown, region, earlier = [], None, None
         for line in cell.source.splitlines():
-            begin = _BEGIN.match(line)
+            begin = BEGIN.match(line)
             if begin:
-                region, earlier = [], begin.group(1)
-            elif _END.match(line) and region is not None:
+                region, earlier = [], begin.group(2)
+            elif END.match(line) and region is not None:
                 if earlier:
                     pasted += 1
                 else:
@@ -134,13 +145,16 @@ def core_path(solution, exercises=()) -> CorePath:
     for i, ex in enumerate(list(exercises)[: len(answers)]):
         if getattr(ex, "minutes", None) is not None:
             answers[i] = float(ex.minutes)
-    return CorePath(words, cells, code, outputs, pictures, tuple(answers), pasted)
+    return CorePath(words, cells, code, outputs, pictures, tuple(answers), pasted, characters)
 
 
 def stated(lesson) -> tuple[int, int] | None:
     """(minutes, exercises) as the notebook's first cell states them, or None."""
     m = STATED.search(lesson.cells[0].source) if lesson.cells else None
-    return (int(m.group(1)), int(m.group(2))) if m else None
+    if not m:
+        return None
+    minutes, count = m.group(1) or m.group(3), m.group(2) or m.group(4)
+    return int(minutes), int(count)
 
 
 def lesson_core_path(lesson: str) -> CorePath:

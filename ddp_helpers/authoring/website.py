@@ -21,7 +21,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from .build import BEGIN, END, ROOT, _solutions
+from ..stubs import BEGIN, END
+from .build import ROOT, _solutions
 
 BINDER = "https://mybinder.org"
 COLAB = "https://colab.research.google.com"
@@ -273,7 +274,9 @@ def answer_lines(root: Path = ROOT) -> dict[str, set[str]]:
     for lesson in LESSONS:
         for ex in exercises_of(lesson):
             lines = found.setdefault(ex.id, set())
-            lines.update(_code_lines(_body_lines(ex.solution_source())), ex.hints[-1:])
+            lines.update(
+                _code_lines(_body_lines(ex.solution_source())), list(ex.hints.values())[-1:]
+            )
         path = root / "solutions" / notebook_name(lesson)
         if path.exists():
             cells = nbformat.read(path, as_version=4).cells

@@ -4,82 +4,230 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import re
 import textwrap
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from enum import StrEnum
 
+from .. import i18n
 from ..launcher import DistributedError
+from ..stubs import exercise_raised
 
-# Learner-facing text of this module, in one place so that it can be translated.
-MESSAGES = {
-    "correct": "✅ Exercise {id}: correct. {detail}",
-    "not_attempted": (
-        "⏳ Exercise {id}: not attempted yet. Replace `raise NotImplementedError(...)` with "
-        "your code, run that cell, then run this check again."
-    ),
-    "not_attempted_other": (
-        "⏳ Exercise {id}: not attempted yet: your code calls exercise {other}, which still "
-        "says `raise NotImplementedError(...)`. Finish that one first."
-    ),
-    "not_attempted_pasted": (
-        "⏳ Exercise {id}: not attempted yet: your code calls {function}, which still says "
-        "`raise NotImplementedError(...)` in this notebook. Paste your answer to exercise "
-        "{other} from lesson {lesson} into this notebook's cell for it, run that cell, then "
-        "run this check again."
-    ),
-    "wrong": "❌ Exercise {id}: not yet. {detail}",
-    "error": "💥 Exercise {id}: your code raised an error.\n{detail}",
-    "hint_header": "💡 Hint {n} of {total} for exercise {id}: {text}",
-    "no_more_hints": "(That was the last hint; `.solution()` shows the reference answer.)",
-    "solution_header": "Reference solution for exercise {id}:",
-    "progress_header": "Lesson {lesson}: {passed} of {total} exercises pass",
-    "hang": (
-        "The check did not finish within {timeout:g} s: a rank waited in a collective "
-        "(barrier, all_reduce, broadcast) that another rank never called."
-    ),
-    "mismatch": (
-        "The ranks did not make the same collective calls (barrier, all_reduce, broadcast) "
-        "in the same order: {what}."
-    ),
-    "mismatch_abort": "a rank aborted inside a collective ({signal})",
-    "mismatch_returned": "rank {returned} had already returned while rank {rank} waited in one",
-    "progress_missing": "not defined in this notebook yet",
-    "hidden": "{message}\n(Found by the grader's extra cases, beyond those the check shows.)",
-    "status_names": {
-        "correct": "correct",
-        "not_attempted": "not attempted",
-        "wrong": "wrong",
-        "error": "error",
-        "missing": "missing",
+
+class CheckStatus(StrEnum):
+    """What a check found; the grader's CSV, feedback and reports show these words.
+
+    In the order the class report lays its columns out.
+    """
+
+    CORRECT = "correct"
+    WRONG = "wrong"
+    NOT_ATTEMPTED = "not_attempted"  # the stub `build` wrote is still there
+    ERROR = "error"
+    MISSING = "missing"  # nothing of the exercise's name in the notebook
+
+
+class Hidden(StrEnum):
+    """How an answer did on the grader's extra cases (Gradescope's test status too)."""
+
+    PASSED = "passed"
+    FAILED = "failed"
+
+
+# Learner-facing text of this module. The scheme every exercise module follows (see
+# docs/authors.md): a mistake's message under its key, its title under f"{key}.title", a
+# hint under f"hint.{name}"; other keys are phrases that messages are made of.
+MESSAGES = i18n.messages(
+    "exercises.core",
+    {
+        "correct": "✅ Exercise {id}: correct. {detail}",
+        "not_attempted": (
+            "⏳ Exercise {id}: not attempted yet. Replace `raise NotImplementedError(...)` "
+            "with your code, run that cell, then run this check again."
+        ),
+        "not_attempted.title": "the stub still raises NotImplementedError",
+        "not_attempted_other": (
+            "⏳ Exercise {id}: not attempted yet: your code calls exercise {other}, which "
+            "still says `raise NotImplementedError(...)`. Finish that one first."
+        ),
+        "not_attempted_other.title": "calls another exercise that is still a stub",
+        "not_attempted_pasted": (
+            "⏳ Exercise {id}: not attempted yet: your code calls {function}, which still "
+            "says `raise NotImplementedError(...)` in this notebook. Paste your answer to "
+            "exercise {other} from lesson {lesson} into this notebook's cell for it, run "
+            "that cell, then run this check again."
+        ),
+        "not_attempted_pasted.title": "an earlier lesson's answer not pasted in yet",
+        "function": "`{name}()`",
+        "function_unknown": "exercise {id}",
+        "wrong": "❌ Exercise {id}: not yet. {detail}",
+        "error": "💥 Exercise {id}: your code raised an error.\n{detail}",
+        "error.title": "raised {exception}",
+        "hint_header": "💡 Hint {n} of {total} for exercise {id}: {text}",
+        "no_more_hints": "(That was the last hint; `.solution()` shows the reference answer.)",
+        "solution_header": "Reference solution for exercise {id}:",
+        "progress_header": "Lesson {lesson}: {passed} of {total} exercises pass",
+        "hang": (
+            "The check did not finish within {timeout:g} s: a rank waited in a collective "
+            "(barrier, all_reduce, broadcast) that another rank never called."
+        ),
+        "hang.title": "a rank waited in a collective that another rank never called",
+        "mismatch": (
+            "The ranks did not make the same collective calls (barrier, all_reduce, "
+            "broadcast) in the same order: {what}."
+        ),
+        "mismatch.title": "the ranks made different collective calls",
+        "mismatch_abort": "a rank aborted inside a collective ({signal})",
+        "mismatch_returned": (
+            "rank {returned} had already returned while rank {rank} waited in one"
+        ),
+        "missing": "not defined in this notebook yet",
+        "missing.title": "not defined when the notebook ended",
+        "hidden": "{message}\n(Found by the grader's extra cases, beyond those the check shows.)",
+        "list_separator": ", ",
+        "and": "{first} and {last}",
+        "status_names": {
+            CheckStatus.CORRECT: "correct",
+            CheckStatus.NOT_ATTEMPTED: "not attempted",
+            CheckStatus.WRONG: "wrong",
+            CheckStatus.ERROR: "error",
+            CheckStatus.MISSING: "missing",
+        },
     },
-}
+)
+
+
+class Phrase:
+    """A piece of a message by key, with its fields: made into text with the message."""
+
+    def __init__(self, key: str, /, **fields):
+        self.key, self.fields = key, fields
+
+    def __repr__(self) -> str:
+        return f"Phrase({self.key!r}, **{self.fields!r})"
+
+
+class Listed:
+    """Items shown one after the other, with the language's list separator between."""
+
+    def __init__(self, items):
+        self.items = list(items)
+
+    def __repr__(self) -> str:
+        return f"Listed({self.items!r})"
+
+
+def and_list(items) -> Phrase:
+    """'0, 1 and 2' for [0, 1, 2] (at least two items)."""
+    *first, last = items
+    return Phrase("and", first=Listed(first), last=last)
+
+
+class Texts:
+    """Where an exercise's text is found: its module's table, then this module's.
+
+    A field that is a Phrase is made into text from the same tables, a Listed one item by
+    item.
+    """
+
+    def __init__(self, *tables):
+        self.tables = (*tables, MESSAGES)
+
+    def __contains__(self, key: str) -> bool:
+        return any(key in table for table in self.tables)
+
+    def template(self, key: str) -> str:
+        for table in self.tables:
+            if key in table:
+                return table[key]
+        raise KeyError(key)
+
+    def text(self, key: str, /, **fields) -> str:
+        """The text under key, its fields filled in, in the current language."""
+        return self.template(key).format(**{k: self._value(v) for k, v in fields.items()})
+
+    def _value(self, value):
+        if isinstance(value, Phrase):
+            return self.text(value.key, **value.fields)
+        if isinstance(value, Listed):
+            return self.text("list_separator").join(str(self._value(v)) for v in value.items)
+        return value
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """One way an answer can be wrong. Its message is the module's MESSAGES[key] (or this
+    module's), its title MESSAGES[f"{key}.title"]; `hint` names the hint that helps."""
+
+    hint: str | None = None
+
+
+# What run_on_ranks raises for every exercise that runs ranks; an exercise gives them a
+# hint by declaring them itself.
+RANK_MISTAKES = {"hang": Mistake(), "mismatch": Mistake()}
 
 
 class Wrong(Exception):
-    """Raised by a checker: the answer runs but is wrong; the message says how."""
+    """Raised by a checker: the answer runs but is wrong, as the mistake `key` says."""
 
-    def __init__(self, message: str, hint: int | None = None):
-        super().__init__(message)
-        self.hint = hint  # index of the hint that names this mistake
+    def __init__(self, key: str, /, **fields):
+        super().__init__(key)
+        self.key, self.fields = key, fields
 
 
 @dataclass
 class Result:
-    """The outcome of one check: status is correct, not_attempted, wrong or error."""
+    """The outcome of one check: what it found, as a mistake's key and fields; the text
+    is made when it is shown, in the language of that moment."""
 
     exercise: str
-    status: str
-    message: str
-    hint: str | None = None
-    hidden: str | None = None  # the grader's extra cases: passed, failed, or None (not run)
+    status: CheckStatus
+    mistake: str | None = None  # None when correct
+    fields: dict = field(default_factory=dict)
+    hint_name: str | None = None
+    hidden: Hidden | None = None  # None: the grader's extra cases did not run
+    texts: Texts = field(default_factory=Texts, repr=False, compare=False)
 
     @property
     def passed(self) -> bool:
-        return self.status == "correct"
+        return self.status is CheckStatus.CORRECT
+
+    @property
+    def message(self) -> str:
+        """What the check says, as the learner sees it."""
+        t, id = self.texts, self.exercise
+        if self.status is CheckStatus.CORRECT:
+            text = t.text("correct", id=id, detail=self.fields.get("detail", ""))
+        elif self.status is CheckStatus.WRONG:
+            text = t.text("wrong", id=id, detail=t.text(self.mistake, **self.fields))
+        else:
+            text = t.text(self.mistake, id=id, **self.fields)
+        return text if self.hidden is not Hidden.FAILED else t.text("hidden", message=text)
+
+    @property
+    def hint(self) -> str | None:
+        """The text of the hint that names this mistake, if one does."""
+        return None if self.hint_name is None else self.texts.text(f"hint.{self.hint_name}")
+
+    @property
+    def title(self) -> str | None:
+        """The mistake's short title (the class report's), None when correct."""
+        if self.mistake is None:
+            return None
+        return self.texts.text(f"{self.mistake}.title", **self.fields)
+
+    @property
+    def title_fields(self) -> dict[str, str]:
+        """The fields its title names (an error's exception), as text: what the grader keeps
+        of them for the class report."""
+        if self.mistake is None:
+            return {}
+        title = self.texts.template(f"{self.mistake}.title")
+        return {k: str(self.fields[k]) for k in i18n.fields(title)}
 
     def __str__(self) -> str:
-        return self.message if self.hint is None else f"{self.message}\n💡 {self.hint}"
+        hint = self.hint
+        return self.message if hint is None else f"{self.message}\n💡 {hint}"
 
 
 def _short_traceback(exc: BaseException, limit: int = 4) -> str:
@@ -91,35 +239,36 @@ def _short_traceback(exc: BaseException, limit: int = 4) -> str:
     return "".join(lines) + "".join(traceback.format_exception_only(type(exc), exc))
 
 
-_STUB = re.compile(r"exercise (\d+\.\d+)")
-
-
 def _stub_of(exc: BaseException) -> str | None:
     """The exercise whose build-written stub raised exc (also inside a rank), or None.
 
-    Only `raise NotImplementedError("exercise N.M")`, as `build` writes it, means "not
-    attempted"; any other NotImplementedError is the answer's own error.
+    Only the stub as `build` writes it means "not attempted"; any other
+    NotImplementedError is the answer's own error.
     """
-    if isinstance(exc, NotImplementedError):
-        text = str(exc)
-    elif isinstance(exc, DistributedError) and exc.exc_type == "NotImplementedError":
-        text = exc.exc_message or ""
-    else:
-        return None
-    m = _STUB.fullmatch(text.strip())
-    return m.group(1) if m else None
+    if isinstance(exc, DistributedError):
+        return exercise_raised(exc.exc_type or "", exc.exc_message or "")
+    return exercise_raised(type(exc).__name__, str(exc))
 
 
 class Exercise:
-    """One exercise of a lesson: `check(answer)`, `hint()`, `solution()`."""
+    """One exercise of a lesson: `check(answer)`, `hint()`, `solution()`.
+
+    `texts` is its module's MESSAGES; `hints` names its hints in the order `hint()` shows
+    them; `mistakes` declares each mistake its check can raise, with the hint that helps
+    (RANK_MISTAKES need not be declared, unless to give them a hint). A name or key without
+    its text is an error here, when the module is imported.
+    """
 
     def __init__(
         self,
         id: str,
         name: str,
         checker,
-        hints: list[str],
         solution,
+        *,
+        texts,
+        hints: tuple[str, ...],
+        mistakes: dict[str, Mistake],
         points: int = 1,
         hidden=None,
         minutes: float | None = None,
@@ -128,12 +277,34 @@ class Exercise:
         self.name = name  # what the learner defines in the notebook
         self._checker = checker
         self._hidden = hidden  # more cases, run only by the grader (grade())
-        self.hints = hints
+        self.texts = Texts(texts)
+        self.hint_names = tuple(hints)
+        self.mistakes = dict(mistakes)
         self._solution = solution
         self.points = points
         # The time the work takes, where the pace rule (lines of the answer) misjudges it.
         self.minutes = minutes
         self._next_hint = 0
+        self._check_texts()
+
+    def _check_texts(self) -> None:
+        """Every hint and mistake has its text, title and hint: else fail at import."""
+        missing = [f"hint.{name}" for name in self.hint_names if f"hint.{name}" not in self.texts]
+        for key, mistake in {**RANK_MISTAKES, **self.mistakes}.items():
+            missing += [k for k in (key, f"{key}.title") if k not in self.texts]
+            if mistake.hint is not None and mistake.hint not in self.hint_names:
+                missing.append(f"hint.{mistake.hint} (among the hints of exercise {self.id})")
+        if missing:
+            raise LookupError(f"exercise {self.id} has no text for: {', '.join(missing)}")
+
+    @property
+    def hints(self) -> dict[str, str]:
+        """Its hints by name, in the order `hint()` shows them."""
+        return {name: self.texts.text(f"hint.{name}") for name in self.hint_names}
+
+    def title(self, key: str, **fields) -> str:
+        """The short title of one of its mistakes (the class report's)."""
+        return self.texts.text(f"{key}.title", **fields)
 
     def evaluate(self, answer) -> Result:
         """Run the checker on an answer and return the Result, printing nothing."""
@@ -145,10 +316,9 @@ class Exercise:
         if result.passed and self._hidden is not None:
             hidden = self._run(self._hidden, answer)
             if hidden.passed:
-                result.hidden = "passed"
+                result.hidden = Hidden.PASSED
             else:
-                hidden.message = MESSAGES["hidden"].format(message=hidden.message)
-                hidden.hidden = "failed"
+                hidden.hidden = Hidden.FAILED
                 result = hidden
         return result
 
@@ -156,35 +326,38 @@ class Exercise:
         try:
             detail = checker(answer) or ""
         except Wrong as exc:
-            hint = self.hints[exc.hint] if exc.hint is not None else None
-            result = Result(
-                self.id, "wrong", MESSAGES["wrong"].format(id=self.id, detail=exc), hint
-            )
+            return self._wrong(exc)
         except BaseException as exc:  # noqa: BLE001 - a learner's error is a result
             if isinstance(exc, KeyboardInterrupt):
                 raise
             stub = _stub_of(exc)
             if stub is not None:
-                result = Result(self.id, "not_attempted", self._not_attempted(stub))
-            else:
-                text = exc.render() if isinstance(exc, DistributedError) else _short_traceback(exc)
-                result = Result(self.id, "error", MESSAGES["error"].format(id=self.id, detail=text))
-        else:
-            result = Result(
-                self.id, "correct", MESSAGES["correct"].format(id=self.id, detail=detail)
-            )
-        return result
+                return self._result(CheckStatus.NOT_ATTEMPTED, *self._not_attempted(stub))
+            text = exc.render() if isinstance(exc, DistributedError) else _short_traceback(exc)
+            raised = exc.exc_type if isinstance(exc, DistributedError) else None
+            fields = {"exception": raised or type(exc).__name__, "detail": text}
+            return self._result(CheckStatus.ERROR, "error", fields)
+        return self._result(CheckStatus.CORRECT, None, {"detail": detail})
 
-    def _not_attempted(self, stub: str) -> str:
+    def _result(self, status, mistake, fields, hint_name=None) -> Result:
+        return Result(self.id, status, mistake, fields, hint_name, texts=self.texts)
+
+    def _wrong(self, exc: Wrong) -> Result:
+        mistake = self.mistakes.get(exc.key) or RANK_MISTAKES.get(exc.key)
+        if mistake is None:  # a bug in the check, not in the answer
+            raise LookupError(f"exercise {self.id} does not declare mistake {exc.key!r}") from exc
+        return self._result(CheckStatus.WRONG, exc.key, exc.fields, mistake.hint)
+
+    def _not_attempted(self, stub: str) -> tuple[str, dict]:
+        """The key and fields that say which stub is still there."""
         if stub == self.id:
-            return MESSAGES["not_attempted"].format(id=self.id)
+            return "not_attempted", {}
         lesson = stub.split(".")[0]
         if lesson == self.id.split(".")[0]:
-            return MESSAGES["not_attempted_other"].format(id=self.id, other=stub)
+            return "not_attempted_other", {"other": stub}
         # An earlier lesson's answer, pasted into this notebook as a stub still to fill.
-        return MESSAGES["not_attempted_pasted"].format(
-            id=self.id, function=_function_of(stub), other=stub, lesson=lesson.zfill(2)
-        )
+        fields = {"function": _function_of(stub), "other": stub, "lesson": lesson.zfill(2)}
+        return "not_attempted_pasted", fields
 
     def check(self, answer) -> None:
         """Check an answer and say what is right or wrong with it."""
@@ -192,19 +365,17 @@ class Exercise:
 
     def hint(self) -> None:
         """Show the next hint."""
-        n = min(self._next_hint, len(self.hints) - 1)
-        print(
-            MESSAGES["hint_header"].format(
-                n=n + 1, total=len(self.hints), id=self.id, text=self.hints[n]
-            )
-        )
-        if n == len(self.hints) - 1:
-            print(MESSAGES["no_more_hints"])
+        names = self.hint_names
+        n = min(self._next_hint, len(names) - 1)
+        text = self.texts.text(f"hint.{names[n]}")
+        print(self.texts.text("hint_header", n=n + 1, total=len(names), id=self.id, text=text))
+        if n == len(names) - 1:
+            print(self.texts.text("no_more_hints"))
         self._next_hint = n + 1
 
     def solution(self) -> None:
         """Show the reference answer."""
-        print(MESSAGES["solution_header"].format(id=self.id))
+        print(self.texts.text("solution_header", id=self.id))
         print(self.solution_source())
 
     def solution_source(self) -> str:
@@ -221,7 +392,7 @@ class Exercise:
         return f"<exercise {self.id}: {self.name}>"
 
 
-def _function_of(exercise_id: str) -> str:
+def _function_of(exercise_id: str) -> Phrase:
     """`setup()` for "2.2": the function an exercise asks for, or the exercise's number."""
     from . import LESSONS, exercises_of
 
@@ -229,14 +400,13 @@ def _function_of(exercise_id: str) -> str:
     if lesson in LESSONS:
         for ex in exercises_of(lesson):
             if ex.id == exercise_id:
-                return f"`{ex.name}()`"
-    return f"exercise {exercise_id}"
+                return Phrase("function", name=ex.name)
+    return Phrase("function_unknown", id=exercise_id)
 
 
-def run_on_ranks(
-    harness, *args, nprocs: int = 2, nnodes: int = 1, timeout: float = 30, hang_hint=None
-):
-    """Run a checker's harness on N CPU ranks; a hang becomes a Wrong that names it."""
+def run_on_ranks(harness, *args, nprocs: int = 2, nnodes: int = 1, timeout: float = 30):
+    """Run a checker's harness on N CPU ranks; a hang, or collectives that do not match,
+    becomes the Wrong that names it ("hang", "mismatch")."""
     from ..launcher import launch
 
     try:
@@ -251,16 +421,14 @@ def run_on_ranks(
         )
     except DistributedError as exc:
         if exc.kind == "timeout":
-            raise Wrong(MESSAGES["hang"].format(timeout=timeout), hint=hang_hint) from None
+            raise Wrong("hang", timeout=timeout) from None
         if exc.collective_mismatch:
-            what = MESSAGES["mismatch_abort"].format(signal=exc.signal_name)
-            raise Wrong(MESSAGES["mismatch"].format(what=what), hint=hang_hint) from None
+            raise Wrong("mismatch", what=Phrase("mismatch_abort", signal=exc.signal_name)) from None
         blamed = exc.failures.get(exc.rank)
         if blamed is not None and blamed.by_peer and exc.returned_ranks:
-            what = MESSAGES["mismatch_returned"].format(
-                returned=", ".join(map(str, exc.returned_ranks)), rank=exc.rank
-            )
-            raise Wrong(MESSAGES["mismatch"].format(what=what), hint=hang_hint) from None
+            returned = ", ".join(map(str, exc.returned_ranks))
+            what = Phrase("mismatch_returned", returned=returned, rank=exc.rank)
+            raise Wrong("mismatch", what=what) from None
         raise
 
 
@@ -301,7 +469,7 @@ def evaluate_all(exercises: list[Exercise], namespace: dict) -> list[Result]:
         if ex.name in namespace:
             results.append(ex.evaluate(namespace[ex.name]))
         else:
-            results.append(Result(ex.id, "missing", MESSAGES["progress_missing"]))
+            results.append(Result(ex.id, CheckStatus.MISSING, "missing", texts=ex.texts))
     return results
 
 

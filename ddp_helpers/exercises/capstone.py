@@ -10,7 +10,18 @@ from __future__ import annotations
 
 import os
 
-from ._core import Exercise, Wrong, rank_folder, rank_folders, run_on_ranks, writers
+from ..i18n import messages
+from ._core import (
+    Exercise,
+    Mistake,
+    Phrase,
+    Wrong,
+    and_list,
+    rank_folder,
+    rank_folders,
+    run_on_ranks,
+    writers,
+)
 
 # The script's data, model and settings, as the notebook's cell defines them. 96 items
 # in global batches of 16: every global batch is full, and divides evenly, on 1, 2 and 4
@@ -20,113 +31,152 @@ EPOCHS = 2  # what the check trains for: two epochs show whether the shuffle cha
 TOLERANCE = 1e-6  # float32 sums in another order: the reference measures max |dW| 6e-8
 SCENARIOS = ((2, 1), (4, 2))  # (ranks, machines): one machine, then 2 machines x 2 ranks
 
-MESSAGES = {
-    "hints": [
-        "Keep the script and add the recipe around it: `device = setup()` first, the model "
-        "through your `wrap`, the loader from your `make_loader`, and `cleanup()` once "
-        "training is over. Every rank runs the whole function.",
-        "DistributedSampler shuffles each epoch with the seed `seed + epoch`, where epoch is "
-        "what set_epoch last told it. Tell it at the top of each epoch, before the loop over "
-        "batches, with the loop's own epoch number.",
-        "GLOBAL_BATCH is the batch of one optimizer step over all ranks together: each rank's "
-        "loader gives it GLOBAL_BATCH // world_size examples (your make_loader does this). "
-        "Move each batch to `device` before the forward pass. The script's learning rate and "
-        "mean loss stay as they are: DDP averages the ranks' gradients, so a step on W ranks "
-        "is the step one process takes on the whole global batch.",
-        "One process of the whole job writes the checkpoint: the one whose global rank, "
-        "dist.get_rank(), is 0 (LOCAL_RANK is 0 once on every machine). Save the plain "
-        "model's weights: the keys of DDP's own state_dict() start with `module.`. Put no "
-        "collective (a barrier, an all_reduce) inside that `if`: the other ranks never "
-        "join it, and the job hangs.",
-        "device = setup(); model = wrap(make_model(), device); loader = "
-        "make_loader(make_dataset(), GLOBAL_BATCH); in each epoch first "
-        "loader.sampler.set_epoch(epoch), then the script's loop with x, y moved to device; "
-        "after the epoch, if dist.get_rank() == 0: torch.save(model.module.state_dict(), "
-        "path); after the last epoch cleanup(); return model.",
-    ],
-    "where": "{ranks} ranks on one machine",
-    "where_nodes": "{nodes} machines x {per_node} ranks",
-    "not_wrapped": (
-        "The model was never wrapped: the gradients were not averaged, so each of the "
-        "{ranks} ranks trained a copy of its own on its own share of the data."
-    ),
-    "no_sampler": (
-        "No DistributedSampler: every rank trained on all the data ({rows} examples an "
-        "epoch on rank {rank}), so the ranks repeated each other's work."
-    ),
-    "passes": "Rank {rank} went through its data {passes} times in {epochs} epochs.",
-    "epoch_never": (
-        "set_epoch was never called: every epoch went through the data in the same order "
-        "(epoch 0's)."
-    ),
-    "epoch_elsewhere": (
-        "set_epoch was called on a DistributedSampler that the loader does not use, so the "
-        "loader's own sampler went through every epoch in epoch 0's order. Tell the "
-        "sampler the loader iterates: loader.sampler."
-    ),
-    "epoch_late": (
-        "set_epoch({epoch}) was called after epoch {epoch}'s pass over the data: an epoch's "
-        "order is fixed when its pass begins, so epoch {wrong} went through the data in "
-        "epoch {used}'s order."
-    ),
-    "epoch_constant": (
-        "set_epoch was called with {value} in every epoch: every epoch went through the data "
-        "in the same order. Tell the sampler the loop's own epoch number."
-    ),
-    "epoch_other": (
-        "Epoch {epoch} went through the data in the order of epoch {used} on rank {rank}."
-    ),
-    "batch_global": (
-        "Each rank took batches of {got}, the whole global batch: on {world} ranks every "
-        "step averaged {total} examples, not GLOBAL_BATCH = {batch}."
-    ),
-    "batch_other": (
-        "Rank {rank}'s batches held {got} examples; a step of GLOBAL_BATCH = {batch} "
-        "examples on {world} ranks gives each rank {want}."
-    ),
-    "no_model": "train_ddp returned {got}; return the trained model.",
-    "ckpt_every_machine": (
-        "A checkpoint was written on every machine: ranks {ranks} wrote one each, the rank "
-        "with LOCAL_RANK 0 on each of the {nodes} machines. One writer for the whole job is "
-        "enough."
-    ),
-    "ckpt_every_rank": (
-        "A checkpoint was written on every rank ({world} writers of the same file): one "
-        "writer is enough, and several writing one file at once can corrupt it."
-    ),
-    "ckpt_several": "Ranks {ranks} each wrote a checkpoint; one writer is enough.",
-    "ckpt_not_zero": "Only rank {rank} wrote the checkpoint; by convention rank 0 saves.",
-    "ckpt_none": "No checkpoint was written: no rank saved a file at `path`.",
-    "ckpt_unreadable": "The checkpoint at `path` is not a state_dict: torch.load gave {what}.",
-    "ckpt_prefix": (
-        "The checkpoint's keys start with `module.` ({key!r}): that is the DDP wrapper's "
-        "state_dict, which the plain model does not load."
-    ),
-    "ckpt_strict": "The plain model could not load the checkpoint: {error}",
-    "ckpt_stale": (
-        "The checkpoint does not hold the final weights (max |dW| = {diff:.1e} from the "
-        "model train_ddp returned): save after every epoch, the last one included."
-    ),
-    "group_left": (
-        "The process group was left initialised: dist.is_initialized() was still True on "
-        "rank {rank} when train_ddp returned."
-    ),
-    "ranks_differ": (
-        "The ranks ended with different weights (rank {rank} differs from rank 0 by up to "
-        "{diff:.2e})."
-    ),
-    "weights_differ": (
-        "On {where} the final weights differ from one process's trained on the same global "
-        "batches by up to {diff:.2e} (allowed: {tol:g})."
-    ),
-    "ok": (
-        "On 2 ranks and on 2 machines x 2 ranks, every rank ended with the weights of one "
-        "process trained on the same global batches (max |dW| = {diff:.1e}; allowed "
-        "{tol:g}); a new shuffle each epoch; the checkpoint written once, by rank 0, without "
-        "`module.`; no process group left."
-    ),
-}
-HINT_RECIPE, HINT_EPOCH, HINT_BATCH, HINT_SAVE = 0, 1, 2, 3
+MESSAGES = messages(
+    "exercises.capstone",
+    {
+        "hint.recipe": (
+            "Keep the script and add the recipe around it: `device = setup()` first, the "
+            "model through your `wrap`, the loader from your `make_loader`, and `cleanup()` "
+            "once training is over. Every rank runs the whole function."
+        ),
+        "hint.epoch": (
+            "DistributedSampler shuffles each epoch with the seed `seed + epoch`, where "
+            "epoch is what set_epoch last told it. Tell it at the top of each epoch, before "
+            "the loop over batches, with the loop's own epoch number."
+        ),
+        "hint.batch": (
+            "GLOBAL_BATCH is the batch of one optimizer step over all ranks together: each "
+            "rank's loader gives it GLOBAL_BATCH // world_size examples (your make_loader "
+            "does this). Move each batch to `device` before the forward pass. The script's "
+            "learning rate and mean loss stay as they are: DDP averages the ranks' "
+            "gradients, so a step on W ranks is the step one process takes on the whole "
+            "global batch."
+        ),
+        "hint.save": (
+            "One process of the whole job writes the checkpoint: the one whose global rank, "
+            "dist.get_rank(), is 0 (LOCAL_RANK is 0 once on every machine). Save the plain "
+            "model's weights: the keys of DDP's own state_dict() start with `module.`. Put "
+            "no collective (a barrier, an all_reduce) inside that `if`: the other ranks "
+            "never join it, and the job hangs."
+        ),
+        "hint.code": (
+            "device = setup(); model = wrap(make_model(), device); loader = "
+            "make_loader(make_dataset(), GLOBAL_BATCH); in each epoch first "
+            "loader.sampler.set_epoch(epoch), then the script's loop with x, y moved to "
+            "device; after the epoch, if dist.get_rank() == 0: "
+            "torch.save(model.module.state_dict(), path); after the last epoch cleanup(); "
+            "return model."
+        ),
+        "where": "{ranks} ranks on one machine",
+        "where_nodes": "{nodes} machines x {per_node} ranks",
+        "not_wrapped": (
+            "The model was never wrapped: the gradients were not averaged, so each of the "
+            "{ranks} ranks trained a copy of its own on its own share of the data."
+        ),
+        "not_wrapped.title": "the model never wrapped in DDP",
+        "no_sampler": (
+            "No DistributedSampler: every rank trained on all the data ({rows} examples an "
+            "epoch on rank {rank}), so the ranks repeated each other's work."
+        ),
+        "no_sampler.title": "no DistributedSampler",
+        "passes": "Rank {rank} went through its data {passes} times in {epochs} epochs.",
+        "passes.title": "not one pass over the data per epoch",
+        "epoch_never": (
+            "set_epoch was never called: every epoch went through the data in the same "
+            "order (epoch 0's)."
+        ),
+        "epoch_never.title": "set_epoch never called",
+        "epoch_elsewhere": (
+            "set_epoch was called on a DistributedSampler that the loader does not use, so "
+            "the loader's own sampler went through every epoch in epoch 0's order. Tell the "
+            "sampler the loader iterates: loader.sampler."
+        ),
+        "epoch_elsewhere.title": "set_epoch on a sampler the loader does not use",
+        "epoch_late": (
+            "set_epoch({epoch}) was called after epoch {epoch}'s pass over the data: an "
+            "epoch's order is fixed when its pass begins, so epoch {wrong} went through the "
+            "data in epoch {used}'s order."
+        ),
+        "epoch_late.title": "set_epoch called after the epoch's pass",
+        "epoch_constant": (
+            "set_epoch was called with {value} in every epoch: every epoch went through the "
+            "data in the same order. Tell the sampler the loop's own epoch number."
+        ),
+        "epoch_constant.title": "set_epoch with the same number every epoch",
+        "epoch_other": (
+            "Epoch {epoch} went through the data in the order of epoch {used} on rank {rank}."
+        ),
+        "epoch_other.title": "an epoch in another epoch's order",
+        "batch_global": (
+            "Each rank took batches of {got}, the whole global batch: on {world} ranks every "
+            "step averaged {total} examples, not GLOBAL_BATCH = {batch}."
+        ),
+        "batch_global.title": "the whole global batch on every rank",
+        "batch_other": (
+            "Rank {rank}'s batches held {got} examples; a step of GLOBAL_BATCH = {batch} "
+            "examples on {world} ranks gives each rank {want}."
+        ),
+        "batch_other.title": "batches of another size than GLOBAL_BATCH // world_size",
+        "no_model": "train_ddp returned {got}; return the trained model.",
+        "no_model.title": "did not return the model",
+        "ckpt_every_machine": (
+            "A checkpoint was written on every machine: ranks {ranks} wrote one each, the "
+            "rank with LOCAL_RANK 0 on each of the {nodes} machines. One writer for the "
+            "whole job is enough."
+        ),
+        "ckpt_every_machine.title": "LOCAL_RANK 0 used where RANK 0 belongs",
+        "ckpt_every_rank": (
+            "A checkpoint was written on every rank ({world} writers of the same file): one "
+            "writer is enough, and several writing one file at once can corrupt it."
+        ),
+        "ckpt_every_rank.title": "every rank wrote the checkpoint",
+        "ckpt_several": "Ranks {ranks} each wrote a checkpoint; one writer is enough.",
+        "ckpt_several.title": "several ranks wrote the checkpoint",
+        "ckpt_not_zero": "Only rank {rank} wrote the checkpoint; by convention rank 0 saves.",
+        "ckpt_not_zero.title": "a rank other than 0 saved",
+        "ckpt_none": "No checkpoint was written: no rank saved a file at `path`.",
+        "ckpt_none.title": "no checkpoint written",
+        "ckpt_unreadable": (
+            "The checkpoint at `path` is not a state_dict: torch.load gave {what}."
+        ),
+        "ckpt_unreadable.title": "the checkpoint is not a state_dict",
+        "ckpt_load_error": "an error ({name})",
+        "ckpt_a": "a {name}",
+        "ckpt_prefix": (
+            "The checkpoint's keys start with `module.` ({key!r}): that is the DDP wrapper's "
+            "state_dict, which the plain model does not load."
+        ),
+        "ckpt_prefix.title": "DDP's state_dict saved (keys start with `module.`)",
+        "ckpt_strict": "The plain model could not load the checkpoint: {error}",
+        "ckpt_strict.title": "the plain model cannot load the checkpoint",
+        "ckpt_stale": (
+            "The checkpoint does not hold the final weights (max |dW| = {diff:.1e} from the "
+            "model train_ddp returned): save after every epoch, the last one included."
+        ),
+        "ckpt_stale.title": "the checkpoint does not hold the final weights",
+        "group_left": (
+            "The process group was left initialised: dist.is_initialized() was still True "
+            "on rank {rank} when train_ddp returned."
+        ),
+        "group_left.title": "the process group left initialised",
+        "ranks_differ": (
+            "The ranks ended with different weights (rank {rank} differs from rank 0 by up "
+            "to {diff:.2e})."
+        ),
+        "ranks_differ.title": "the ranks ended with different weights",
+        "weights_differ": (
+            "On {where} the final weights differ from one process's trained on the same "
+            "global batches by up to {diff:.2e} (allowed: {tol:g})."
+        ),
+        "weights_differ.title": "not the weights one process trains on the same batches",
+        "ok": (
+            "On 2 ranks and on 2 machines x 2 ranks, every rank ended with the weights of "
+            "one process trained on the same global batches (max |dW| = {diff:.1e}; allowed "
+            "{tol:g}); a new shuffle each epoch; the checkpoint written once, by rank 0, "
+            "without `module.`; no process group left."
+        ),
+    },
+)
 
 
 def make_dataset():
@@ -287,8 +337,6 @@ def _run_scenario(fn, ranks: int, nodes: int) -> tuple[list[dict], list[int], ob
             folder,
             nprocs=ranks,
             nnodes=nodes,
-            timeout=30,
-            hang_hint=HINT_SAVE,  # the usual hang: a collective inside `if rank == 0:`
         )
         wrote = writers(folder, ranks)
         saved = None
@@ -297,91 +345,73 @@ def _run_scenario(fn, ranks: int, nodes: int) -> tuple[list[dict], list[int], ob
             try:
                 saved = torch.load(first, map_location="cpu", weights_only=True)
             except Exception as exc:  # noqa: BLE001 - what the file holds is the finding
-                saved = f"an error ({type(exc).__name__})"
+                saved = Phrase("ckpt_load_error", name=type(exc).__name__)
         return list(results), wrote, saved
 
 
 def _judge_training(results: list[dict], world: int) -> None:
     """Wrapped, sharded, reshuffled, the right batch: the most basic mistakes first."""
     if not all(r["wrapped"] for r in results):
-        raise Wrong(MESSAGES["not_wrapped"].format(ranks=world), hint=HINT_RECIPE)
+        raise Wrong("not_wrapped", ranks=world)
     for rank, r in enumerate(results):
         if not r["passes"]:
             rows = sum(b or 0 for b in r["batches"]) // EPOCHS
-            raise Wrong(MESSAGES["no_sampler"].format(rows=rows, rank=rank), hint=HINT_RECIPE)
+            raise Wrong("no_sampler", rows=rows, rank=rank)
         if len(r["passes"]) != EPOCHS:
-            raise Wrong(
-                MESSAGES["passes"].format(rank=rank, passes=len(r["passes"]), epochs=EPOCHS),
-                hint=HINT_EPOCH,
-            )
+            raise Wrong("passes", rank=rank, passes=len(r["passes"]), epochs=EPOCHS)
     for rank, r in enumerate(results):
         used = [epoch for epoch, _ in r["passes"]]
         if used == list(range(EPOCHS)):
             continue
         if r["set_epoch"] and not any(told in r["iterated"] for *_, told in r["set_epoch"]):
-            raise Wrong(MESSAGES["epoch_elsewhere"], hint=HINT_EPOCH)
+            raise Wrong("epoch_elsewhere")
         calls = [(value, begun) for value, begun, told in r["set_epoch"] if told in r["iterated"]]
         if not calls:
-            raise Wrong(MESSAGES["epoch_never"], hint=HINT_EPOCH)
+            raise Wrong("epoch_never")
         if len(calls) > 1 and len({value for value, _ in calls}) == 1:
-            raise Wrong(MESSAGES["epoch_constant"].format(value=calls[0][0]), hint=HINT_EPOCH)
+            raise Wrong("epoch_constant", value=calls[0][0])
         late = [value for value, begun in calls if isinstance(value, int) and begun > value]
         wrong = next(e for e, u in enumerate(used) if u != e)
         if late:
-            raise Wrong(
-                MESSAGES["epoch_late"].format(epoch=late[0], wrong=wrong, used=used[wrong]),
-                hint=HINT_EPOCH,
-            )
-        raise Wrong(
-            MESSAGES["epoch_other"].format(epoch=wrong, used=used[wrong], rank=rank),
-            hint=HINT_EPOCH,
-        )
+            raise Wrong("epoch_late", epoch=late[0], wrong=wrong, used=used[wrong])
+        raise Wrong("epoch_other", epoch=wrong, used=used[wrong], rank=rank)
     want = GLOBAL_BATCH // world
     for rank, r in enumerate(results):
         if r["batches"] and all(b == GLOBAL_BATCH for b in r["batches"]):
+            total = GLOBAL_BATCH * world
             raise Wrong(
-                MESSAGES["batch_global"].format(
-                    got=GLOBAL_BATCH, world=world, total=GLOBAL_BATCH * world, batch=GLOBAL_BATCH
-                ),
-                hint=HINT_BATCH,
+                "batch_global", got=GLOBAL_BATCH, world=world, total=total, batch=GLOBAL_BATCH
             )
         odd = next((b for b in r["batches"] if b != want), None)
         if odd is not None:
             raise Wrong(
-                MESSAGES["batch_other"].format(
-                    rank=rank, got=odd, batch=GLOBAL_BATCH, world=world, want=want
-                ),
-                hint=HINT_BATCH,
+                "batch_other", rank=rank, got=odd, batch=GLOBAL_BATCH, world=world, want=want
             )
 
 
 def _judge_checkpoint(wrote: list[int], saved, world: int, nodes: int) -> None:
     per_node = world // nodes
     if not wrote:
-        raise Wrong(MESSAGES["ckpt_none"], hint=HINT_SAVE)
+        raise Wrong("ckpt_none")
     if len(wrote) > 1:
-        ranks = ", ".join(map(str, wrote[:-1])) + f" and {wrote[-1]}"
+        ranks = and_list(wrote)
         if nodes > 1 and wrote == list(range(0, world, per_node)):
-            raise Wrong(
-                MESSAGES["ckpt_every_machine"].format(ranks=ranks, nodes=nodes), hint=HINT_SAVE
-            )
+            raise Wrong("ckpt_every_machine", ranks=ranks, nodes=nodes)
         if len(wrote) == world:
-            raise Wrong(MESSAGES["ckpt_every_rank"].format(world=world), hint=HINT_SAVE)
-        raise Wrong(MESSAGES["ckpt_several"].format(ranks=ranks), hint=HINT_SAVE)
+            raise Wrong("ckpt_every_rank", world=world)
+        raise Wrong("ckpt_several", ranks=ranks)
     if wrote != [0]:
-        raise Wrong(MESSAGES["ckpt_not_zero"].format(rank=wrote[0]), hint=HINT_SAVE)
+        raise Wrong("ckpt_not_zero", rank=wrote[0])
     if not isinstance(saved, dict) or not saved:
-        what = saved if isinstance(saved, str) else f"a {type(saved).__name__}"
-        raise Wrong(MESSAGES["ckpt_unreadable"].format(what=what), hint=HINT_SAVE)
+        what = saved if isinstance(saved, Phrase) else Phrase("ckpt_a", name=type(saved).__name__)
+        raise Wrong("ckpt_unreadable", what=what)
     first = next(iter(saved))
     if str(first).startswith("module."):
-        raise Wrong(MESSAGES["ckpt_prefix"].format(key=first), hint=HINT_SAVE)
+        raise Wrong("ckpt_prefix", key=first)
     try:
         make_model().load_state_dict(saved, strict=True)
     except (RuntimeError, TypeError, AttributeError) as exc:
-        raise Wrong(
-            MESSAGES["ckpt_strict"].format(error=str(exc).splitlines()[0]), hint=HINT_SAVE
-        ) from None
+        raise Wrong("ckpt_strict", error=str(exc).splitlines()[0]) from None
 
 
 def _judge(fn, ranks: int, nodes: int, reference: dict) -> float:
@@ -389,37 +419,34 @@ def _judge(fn, ranks: int, nodes: int, reference: dict) -> float:
     _judge_training(results, ranks)
     for r in results:
         if r["returned"] is not None:
-            raise Wrong(MESSAGES["no_model"].format(got=r["returned"]), hint=HINT_RECIPE)
+            raise Wrong("no_model", got=r["returned"])
     _judge_checkpoint(wrote, saved, ranks, nodes)
     for rank, r in enumerate(results):
         if r["left_initialised"]:
-            raise Wrong(MESSAGES["group_left"].format(rank=rank), hint=HINT_RECIPE)
+            raise Wrong("group_left", rank=rank)
     final = results[0]["weights"]
     stale = _max_diff(saved, final)
     if stale > TOLERANCE:
-        raise Wrong(MESSAGES["ckpt_stale"].format(diff=stale), hint=HINT_SAVE)
+        raise Wrong("ckpt_stale", diff=stale)
     for rank, r in enumerate(results[1:], 1):
         diff = _max_diff(r["weights"], final)
         if diff > TOLERANCE:
-            raise Wrong(MESSAGES["ranks_differ"].format(rank=rank, diff=diff), hint=HINT_RECIPE)
+            raise Wrong("ranks_differ", rank=rank, diff=diff)
     diff = _max_diff(final, reference)
     if diff > TOLERANCE:
         where = (
-            MESSAGES["where"].format(ranks=ranks)
+            Phrase("where", ranks=ranks)
             if nodes == 1
-            else MESSAGES["where_nodes"].format(nodes=nodes, per_node=ranks // nodes)
+            else Phrase("where_nodes", nodes=nodes, per_node=ranks // nodes)
         )
-        raise Wrong(
-            MESSAGES["weights_differ"].format(where=where, diff=diff, tol=TOLERANCE),
-            hint=HINT_BATCH,
-        )
+        raise Wrong("weights_differ", where=where, diff=diff, tol=TOLERANCE)
     return diff
 
 
-def _check_train_ddp(fn) -> str:
+def _check_train_ddp(fn) -> Phrase:
     reference = one_process_weights(EPOCHS)
     diff = max(_judge(fn, ranks, nodes, reference) for ranks, nodes in SCENARIOS)
-    return MESSAGES["ok"].format(diff=diff, tol=TOLERANCE)
+    return Phrase("ok", diff=diff, tol=TOLERANCE)
 
 
 # 7 minutes, by the pace rule's own rates: half of the answer's 16 lines are the shown
@@ -427,4 +454,40 @@ def _check_train_ddp(fn) -> str:
 # .to(device), the rank-0 save of model.module, cleanup) are written, 40 s a line, each
 # recalling an earlier exercise. The plain rule (40 s for every line) would count the
 # copied lines as written.
-exercise = Exercise("4.2", "train_ddp", _check_train_ddp, MESSAGES["hints"], train_ddp, minutes=7)
+exercise = Exercise(
+    "4.2",
+    "train_ddp",
+    _check_train_ddp,
+    train_ddp,
+    texts=MESSAGES,
+    hints=("recipe", "epoch", "batch", "save", "code"),
+    mistakes={
+        "not_wrapped": Mistake(hint="recipe"),
+        "no_sampler": Mistake(hint="recipe"),
+        "passes": Mistake(hint="epoch"),
+        "epoch_elsewhere": Mistake(hint="epoch"),
+        "epoch_never": Mistake(hint="epoch"),
+        "epoch_constant": Mistake(hint="epoch"),
+        "epoch_late": Mistake(hint="epoch"),
+        "epoch_other": Mistake(hint="epoch"),
+        "batch_global": Mistake(hint="batch"),
+        "batch_other": Mistake(hint="batch"),
+        "no_model": Mistake(hint="recipe"),
+        "ckpt_none": Mistake(hint="save"),
+        "ckpt_every_machine": Mistake(hint="save"),
+        "ckpt_every_rank": Mistake(hint="save"),
+        "ckpt_several": Mistake(hint="save"),
+        "ckpt_not_zero": Mistake(hint="save"),
+        "ckpt_unreadable": Mistake(hint="save"),
+        "ckpt_prefix": Mistake(hint="save"),
+        "ckpt_strict": Mistake(hint="save"),
+        "group_left": Mistake(hint="recipe"),
+        "ckpt_stale": Mistake(hint="save"),
+        "ranks_differ": Mistake(hint="recipe"),
+        "weights_differ": Mistake(hint="batch"),
+        # The usual hang: a collective inside `if rank == 0:`.
+        "hang": Mistake(hint="save"),
+        "mismatch": Mistake(hint="save"),
+    },
+    minutes=7,
+)

@@ -5,148 +5,208 @@ from __future__ import annotations
 import os
 from unittest import mock
 
-from ._core import Exercise, Wrong, run_on_ranks
+from ..i18n import messages
+from ._core import Exercise, Mistake, Phrase, Wrong, run_on_ranks
 from ._core import progress as _progress
 
-MESSAGES = {
-    "backend_hints": [
-        "nccl only runs on NVIDIA GPUs; gloo runs on the CPU. Without CUDA, nccl fails at "
-        "init_process_group.",
-        "nccl needs a GPU of its own for every rank on a machine. Compare the GPUs this "
-        "machine has with the ranks this machine runs: LOCAL_WORLD_SIZE, not WORLD_SIZE "
-        "(which counts the ranks of every machine).",
-        "if torch.cuda.is_available() and torch.cuda.device_count() >= "
-        'int(os.environ["LOCAL_WORLD_SIZE"]): return "nccl", else return "gloo".',
-    ],
-    "backend_case": ("On {machine}, pick_backend() returned {got!r}; it should be {want!r}. {why}"),
-    "machine_one": "a machine with {gpus} GPU(s) running {local} rank(s)",
-    "machine_many": (
-        "{nodes} machines with {gpus} GPU(s) each, {local} ranks per machine "
-        "(WORLD_SIZE={world}, LOCAL_WORLD_SIZE={local})"
-    ),
-    "why_no_cuda": "Without CUDA, nccl fails at init_process_group.",
-    "why_too_few": "Two ranks of one machine cannot share a GPU under nccl.",
-    "why_enough": "Every rank of this machine has a GPU of its own: nccl is the fast choice.",
-    "why_local": (
-        "Every rank has a GPU of its own on its machine; the ranks of the other machines "
-        "use their own GPUs, so compare with LOCAL_WORLD_SIZE, not WORLD_SIZE."
-    ),
-    "backend_ok": "Right on {cases} machines: with and without CUDA, one machine and several.",
-    "setup_hints": [
-        "Start from 2.1: pick_backend() says nccl or gloo. Under gloo the rank works on the "
-        "CPU; under nccl each rank works on a GPU of its own, on its own machine.",
-        "Each machine numbers its GPUs from 0. RANK counts the ranks of the whole job "
-        "(0 to WORLD_SIZE - 1); LOCAL_RANK counts the ranks of this machine (0 to "
-        "LOCAL_WORLD_SIZE - 1), so LOCAL_RANK is the one that names this rank's GPU.",
-        "Under nccl, pin the process with torch.cuda.set_device(...) before anything touches "
-        "the GPU, and give init_process_group the same GPU as device_id=.",
-        'if pick_backend() == "gloo": dist.init_process_group("gloo") and return '
-        'torch.device("cpu"). Otherwise device = torch.device("cuda", '
-        'int(os.environ["LOCAL_RANK"])); torch.cuda.set_device(device); '
-        'dist.init_process_group("nccl", device_id=device); return device.',
-    ],
-    "setup_where": "{machine}, in the rank with RANK={rank}, LOCAL_RANK={local}",
-    "setup_no_init": "On {where}, setup() never called init_process_group.",
-    "setup_init_twice": (
-        "On {where}, setup() called init_process_group {count} times; a process joins the "
-        "default group once."
-    ),
-    "setup_backend": (
-        "On {where}, setup() started the group with {got!r}, but 2.1's rule picks {want!r} "
-        "on this machine."
-    ),
-    "setup_argument": (
-        "On {where}, init_process_group was given {name}={got}, but this process's {env} is {want}."
-    ),
-    "setup_pinned": "setup() pinned the process to {got}",
-    "setup_device_id": "init_process_group got device_id={got}",
-    "setup_returned_gpu": "setup() returned {got}",
-    "setup_gpu_global": (
-        "On {where}, {what}: that number is RANK, the rank's place among all {world} ranks "
-        "of the job, but each machine numbers its own GPUs from 0, and this one has {gpus}."
-    ),
-    "setup_gpu_no_index": (
-        "On {where}, {what}, a GPU without a number: torch.cuda.set_device and device_id= "
-        "need the number, and code that reads device.index (DDP's device_ids) gets None."
-    ),
-    "setup_gpu_missing": "On {where}, {what}, but this machine has only GPUs 0 to {last}.",
-    "setup_gpu_other": (
-        "On {where}, {what}: that is not this rank's GPU, so two ranks of this machine "
-        "would share one GPU while another stays idle."
-    ),
-    "setup_no_device_id": (
-        "On {where}, init_process_group under nccl got no device_id=: nccl then connects "
-        "only at the first collective, and barrier() has to guess the GPU (rank 0 warns)."
-    ),
-    "setup_not_pinned": (
-        "On {where}, setup() never called torch.cuda.set_device: the current GPU stays GPU "
-        "0 in every rank, so .cuda() and all_gather_object would put every rank's tensors "
-        "on GPU 0."
-    ),
-    "setup_gloo_gpu": (
-        "On {where}, 2.1's rule picks gloo, yet {what}: this machine has {gpus} GPU(s) for "
-        "{local} ranks."
-    ),
-    "setup_gloo_device": (
-        "On {where}, 2.1's rule picks gloo, and setup() returned {got}: under gloo this "
-        "rank's model and data stay on the CPU."
-    ),
-    "setup_nccl_cpu": (
-        "On {where}, the group uses nccl, but setup() returned {got}: under nccl this "
-        "rank's model and data live on its GPU."
-    ),
-    "setup_not_a_device": (
-        "On {where}, setup() returned {got}; it must return a torch.device, the device "
-        "this rank works on (later steps move the model and data there and read "
-        "device.type)."
-    ),
-    "setup_real": "a real run on 2 ranks of this machine (rank {rank})",
-    "setup_real_missing": (
-        "In {where}, the process group was not initialised after setup() returned."
-    ),
-    "setup_real_group": (
-        "In {where}, the group says rank {got_rank} of {got_world}; torchrun's environment "
-        "says rank {rank} of {world}."
-    ),
-    "setup_ok": (
-        "Right on {cases} pretend machines (a GPU for each rank, 2 machines x 2 ranks, too "
-        "few GPUs, none) and in a real run on 2 ranks here."
-    ),
-    "cleanup_hints": [
-        "setup() made every rank join the default process group; cleanup() must make it "
-        "leave again. dist.is_initialized() says whether a process still belongs to one.",
-        "Every rank leaves the group itself: a call inside `if rank == 0:` leaves the other "
-        "ranks in it.",
-        "dist.destroy_process_group(), on every rank.",
-    ],
-    "cleanup_left_all": (
-        "After cleanup(), dist.is_initialized() is still True on every rank: nobody left "
-        "the process group."
-    ),
-    "cleanup_left_some": (
-        "After cleanup(), the process group is still initialised on rank {ranks}, while the "
-        "other rank left it: every rank must leave."
-    ),
-    "cleanup_ok": "After cleanup() no process group is left on either rank.",
-    "avg_hints": [
-        "all_reduce with the default op SUM adds every rank's tensor; DDP averages, so "
-        "divide by the world size afterwards (or ask all_reduce for ReduceOp.AVG).",
-        "Every rank must make the same collective calls in the same order. A call inside "
-        "`if rank == 0:` leaves the other ranks out and the job hangs.",
-        "Loop over model.parameters(); skip a parameter whose .grad is None; call "
-        "dist.all_reduce(p.grad) on every rank, then p.grad /= dist.get_world_size().",
-    ],
-    "avg_sum": (
-        "Your gradients are {ratio:.2f} times DDP's: all_reduce sums, so divide by the world "
-        "size to get the average DDP uses."
-    ),
-    "avg_unchanged": (
-        "The gradients did not change: each rank still has only its own. all_reduce them "
-        "across the ranks."
-    ),
-    "avg_differ": "Your gradients differ from DDP's by up to {diff:.3g} (allowed: 1e-6).",
-    "avg_ok": "Equal to DDP's averaged gradients (max difference {diff:.1e}) on 2 ranks.",
-}
+MESSAGES = messages(
+    "exercises.lesson02",
+    {
+        "hint.backend_cuda": (
+            "nccl only runs on NVIDIA GPUs; gloo runs on the CPU. Without CUDA, nccl fails "
+            "at init_process_group."
+        ),
+        "hint.backend_gpu_per_rank": (
+            "nccl needs a GPU of its own for every rank on a machine. Compare the GPUs this "
+            "machine has with the ranks this machine runs: LOCAL_WORLD_SIZE, not WORLD_SIZE "
+            "(which counts the ranks of every machine)."
+        ),
+        "hint.backend_code": (
+            "if torch.cuda.is_available() and torch.cuda.device_count() >= "
+            'int(os.environ["LOCAL_WORLD_SIZE"]): return "nccl", else return "gloo".'
+        ),
+        "backend_no_cuda": (
+            "On {machine}, pick_backend() returned {got!r}; it should be {want!r}. Without "
+            "CUDA, nccl fails at init_process_group."
+        ),
+        "backend_no_cuda.title": "nccl without CUDA",
+        "backend_too_few": (
+            "On {machine}, pick_backend() returned {got!r}; it should be {want!r}. Two ranks "
+            "of one machine cannot share a GPU under nccl."
+        ),
+        "backend_too_few.title": "nccl with fewer GPUs than ranks on the machine",
+        "backend_enough": (
+            "On {machine}, pick_backend() returned {got!r}; it should be {want!r}. Every rank "
+            "of this machine has a GPU of its own: nccl is the fast choice."
+        ),
+        "backend_enough.title": "gloo where every rank has a GPU",
+        "backend_local": (
+            "On {machine}, pick_backend() returned {got!r}; it should be {want!r}. Every rank "
+            "has a GPU of its own on its machine; the ranks of the other machines use their "
+            "own GPUs, so compare with LOCAL_WORLD_SIZE, not WORLD_SIZE."
+        ),
+        "backend_local.title": "GPUs compared with WORLD_SIZE, not LOCAL_WORLD_SIZE",
+        "machine_one": "a machine with {gpus} GPU(s) running {local} rank(s)",
+        "machine_many": (
+            "{nodes} machines with {gpus} GPU(s) each, {local} ranks per machine "
+            "(WORLD_SIZE={world}, LOCAL_WORLD_SIZE={local})"
+        ),
+        "backend_ok": (
+            "Right on {cases} machines: with and without CUDA, one machine and several."
+        ),
+        "hint.setup_backend": (
+            "Start from 2.1: pick_backend() says nccl or gloo. Under gloo the rank works on "
+            "the CPU; under nccl each rank works on a GPU of its own, on its own machine."
+        ),
+        "hint.setup_local_rank": (
+            "Each machine numbers its GPUs from 0. RANK counts the ranks of the whole job "
+            "(0 to WORLD_SIZE - 1); LOCAL_RANK counts the ranks of this machine (0 to "
+            "LOCAL_WORLD_SIZE - 1), so LOCAL_RANK is the one that names this rank's GPU."
+        ),
+        "hint.setup_pin": (
+            "Under nccl, pin the process with torch.cuda.set_device(...) before anything "
+            "touches the GPU, and give init_process_group the same GPU as device_id=."
+        ),
+        "hint.setup_code": (
+            'if pick_backend() == "gloo": dist.init_process_group("gloo") and return '
+            'torch.device("cpu"). Otherwise device = torch.device("cuda", '
+            'int(os.environ["LOCAL_RANK"])); torch.cuda.set_device(device); '
+            'dist.init_process_group("nccl", device_id=device); return device.'
+        ),
+        "setup_where": "{machine}, in the rank with RANK={rank}, LOCAL_RANK={local}",
+        "setup_no_init": "On {where}, setup() never called init_process_group.",
+        "setup_no_init.title": "init_process_group never called",
+        "setup_init_twice": (
+            "On {where}, setup() called init_process_group {count} times; a process joins "
+            "the default group once."
+        ),
+        "setup_init_twice.title": "init_process_group called more than once",
+        "setup_backend": (
+            "On {where}, setup() started the group with {got!r}, but 2.1's rule picks "
+            "{want!r} on this machine."
+        ),
+        "setup_backend.title": "not the backend 2.1's rule picks",
+        "setup_argument": (
+            "On {where}, init_process_group was given {name}={got}, but this process's {env} "
+            "is {want}."
+        ),
+        "setup_argument.title": "init_process_group told another rank or world size",
+        "setup_pinned": "setup() pinned the process to {got}",
+        "setup_device_id": "init_process_group got device_id={got}",
+        "setup_returned_gpu": "setup() returned {got}",
+        "setup_gpu_global": (
+            "On {where}, {what}: that number is RANK, the rank's place among all {world} "
+            "ranks of the job, but each machine numbers its own GPUs from 0, and this one "
+            "has {gpus}."
+        ),
+        "setup_gpu_global.title": "RANK used where LOCAL_RANK belongs",
+        "setup_gpu_no_index": (
+            "On {where}, {what}, a GPU without a number: torch.cuda.set_device and "
+            "device_id= need the number, and code that reads device.index (DDP's "
+            "device_ids) gets None."
+        ),
+        "setup_gpu_no_index.title": "cuda without a GPU number",
+        "setup_gpu_missing": "On {where}, {what}, but this machine has only GPUs 0 to {last}.",
+        "setup_gpu_missing.title": "a GPU number the machine does not have",
+        "setup_gpu_other": (
+            "On {where}, {what}: that is not this rank's GPU, so two ranks of this machine "
+            "would share one GPU while another stays idle."
+        ),
+        "setup_gpu_other.title": "another rank's GPU",
+        "setup_no_device_id": (
+            "On {where}, init_process_group under nccl got no device_id=: nccl then "
+            "connects only at the first collective, and barrier() has to guess the GPU "
+            "(rank 0 warns)."
+        ),
+        "setup_no_device_id.title": "nccl without device_id=",
+        "setup_not_pinned": (
+            "On {where}, setup() never called torch.cuda.set_device: the current GPU stays "
+            "GPU 0 in every rank, so .cuda() and all_gather_object would put every rank's "
+            "tensors on GPU 0."
+        ),
+        "setup_not_pinned.title": "torch.cuda.set_device never called",
+        "setup_gloo_gpu": (
+            "On {where}, 2.1's rule picks gloo, yet {what}: this machine has {gpus} GPU(s) "
+            "for {local} ranks."
+        ),
+        "setup_gloo_gpu.title": "a GPU used where 2.1's rule picks gloo",
+        "setup_gloo_device": (
+            "On {where}, 2.1's rule picks gloo, and setup() returned {got}: under gloo this "
+            "rank's model and data stay on the CPU."
+        ),
+        "setup_gloo_device.title": "a GPU returned under gloo",
+        "setup_nccl_cpu": (
+            "On {where}, the group uses nccl, but setup() returned {got}: under nccl this "
+            "rank's model and data live on its GPU."
+        ),
+        "setup_nccl_cpu.title": "the CPU returned under nccl",
+        "setup_not_a_device": (
+            "On {where}, setup() returned {got}; it must return a torch.device, the device "
+            "this rank works on (later steps move the model and data there and read "
+            "device.type)."
+        ),
+        "setup_not_a_device.title": "did not return a torch.device",
+        "setup_real": "a real run on 2 ranks of this machine (rank {rank})",
+        "setup_real_missing": (
+            "In {where}, the process group was not initialised after setup() returned."
+        ),
+        "setup_real_missing.title": "no process group after setup() in a real run",
+        "setup_real_group": (
+            "In {where}, the group says rank {got_rank} of {got_world}; torchrun's "
+            "environment says rank {rank} of {world}."
+        ),
+        "setup_real_group.title": "the group's rank or size is not torchrun's",
+        "setup_ok": (
+            "Right on {cases} pretend machines (a GPU for each rank, 2 machines x 2 ranks, "
+            "too few GPUs, none) and in a real run on 2 ranks here."
+        ),
+        "hint.cleanup_leave": (
+            "setup() made every rank join the default process group; cleanup() must make it "
+            "leave again. dist.is_initialized() says whether a process still belongs to one."
+        ),
+        "hint.cleanup_every_rank": (
+            "Every rank leaves the group itself: a call inside `if rank == 0:` leaves the "
+            "other ranks in it."
+        ),
+        "hint.cleanup_code": "dist.destroy_process_group(), on every rank.",
+        "cleanup_left_all": (
+            "After cleanup(), dist.is_initialized() is still True on every rank: nobody left "
+            "the process group."
+        ),
+        "cleanup_left_all.title": "no rank left the process group",
+        "cleanup_left_some": (
+            "After cleanup(), the process group is still initialised on rank {ranks}, while "
+            "the other rank left it: every rank must leave."
+        ),
+        "cleanup_left_some.title": "only some ranks left the process group",
+        "cleanup_ok": "After cleanup() no process group is left on either rank.",
+        "hint.avg_divide": (
+            "all_reduce with the default op SUM adds every rank's tensor; DDP averages, so "
+            "divide by the world size afterwards (or ask all_reduce for ReduceOp.AVG)."
+        ),
+        "hint.avg_same_calls": (
+            "Every rank must make the same collective calls in the same order. A call "
+            "inside `if rank == 0:` leaves the other ranks out and the job hangs."
+        ),
+        "hint.avg_code": (
+            "Loop over model.parameters(); skip a parameter whose .grad is None; call "
+            "dist.all_reduce(p.grad) on every rank, then p.grad /= dist.get_world_size()."
+        ),
+        "avg_sum": (
+            "Your gradients are {ratio:.2f} times DDP's: all_reduce sums, so divide by the "
+            "world size to get the average DDP uses."
+        ),
+        "avg_sum.title": "summed, not averaged",
+        "avg_unchanged": (
+            "The gradients did not change: each rank still has only its own. all_reduce "
+            "them across the ranks."
+        ),
+        "avg_unchanged.title": "the gradients were not reduced",
+        "avg_differ": "Your gradients differ from DDP's by up to {diff:.3g} (allowed: 1e-6).",
+        "avg_differ.title": "other gradients than DDP's",
+        "avg_ok": "Equal to DDP's averaged gradients (max difference {diff:.1e}) on 2 ranks.",
+    },
+)
 
 
 def pick_backend():
@@ -157,23 +217,24 @@ def pick_backend():
     return "nccl" if gpus_here >= ranks_here else "gloo"
 
 
-# (GPUs on each machine, ranks per machine, ranks in all, the right backend, why)
+# (GPUs on each machine, ranks per machine, ranks in all, the right backend, the mistake
+# another answer makes)
 BACKEND_CASES = [
-    (0, 2, 2, "gloo", "why_no_cuda"),
-    (0, 1, 1, "gloo", "why_no_cuda"),
-    (1, 2, 2, "gloo", "why_too_few"),
-    (4, 2, 2, "nccl", "why_enough"),
-    (2, 2, 2, "nccl", "why_enough"),
-    (8, 8, 16, "nccl", "why_local"),
-    (4, 8, 16, "gloo", "why_too_few"),
-    (2, 2, 4, "nccl", "why_local"),
+    (0, 2, 2, "gloo", "backend_no_cuda"),
+    (0, 1, 1, "gloo", "backend_no_cuda"),
+    (1, 2, 2, "gloo", "backend_too_few"),
+    (4, 2, 2, "nccl", "backend_enough"),
+    (2, 2, 2, "nccl", "backend_enough"),
+    (8, 8, 16, "nccl", "backend_local"),
+    (4, 8, 16, "gloo", "backend_too_few"),
+    (2, 2, 4, "nccl", "backend_local"),
 ]
 
 
-def _check_backend(fn, cases=BACKEND_CASES) -> str:
+def _check_backend(fn, cases=BACKEND_CASES) -> Phrase:
     import torch
 
-    for gpus, local, world, want, why in cases:
+    for gpus, local, world, want, mistake in cases:
         env = {"LOCAL_WORLD_SIZE": str(local), "WORLD_SIZE": str(world), "LOCAL_RANK": "0"}
         env["RANK"] = "0"
         with (
@@ -185,23 +246,21 @@ def _check_backend(fn, cases=BACKEND_CASES) -> str:
         # str(): dist.Backend.GLOO counts as "gloo"; an object equal to everything does not.
         if str(got) != want:
             nodes = world // local
-            machine = MESSAGES["machine_one" if nodes == 1 else "machine_many"].format(
-                gpus=gpus, local=local, world=world, nodes=nodes
+            machine = Phrase(
+                "machine_one" if nodes == 1 else "machine_many",
+                gpus=gpus,
+                local=local,
+                world=world,
+                nodes=nodes,
             )
-            hint = 0 if gpus == 0 else 1
-            raise Wrong(
-                MESSAGES["backend_case"].format(
-                    machine=machine, got=got, want=want, why=MESSAGES[why]
-                ),
-                hint=hint,
-            )
-    return MESSAGES["backend_ok"].format(cases=len(cases))
+            raise Wrong(mistake, machine=machine, got=got, want=want)
+    return Phrase("backend_ok", cases=len(cases))
 
 
-def _hidden_backend(fn) -> str:
+def _hidden_backend(fn) -> Phrase:
     # Machines the check does not show: more GPUs than ranks, many machines, one GPU each.
-    cases = [(8, 4, 32, "nccl", "why_local"), (3, 4, 8, "gloo", "why_too_few")]
-    return _check_backend(fn, cases + [(1, 1, 8, "nccl", "why_local")])
+    cases = [(8, 4, 32, "nccl", "backend_local"), (3, 4, 8, "gloo", "backend_too_few")]
+    return _check_backend(fn, cases + [(1, 1, 8, "nccl", "backend_local")])
 
 
 def setup():
@@ -352,43 +411,43 @@ class _Machine:
         self.gpus, self.per_node, self.rank = gpus, per_node, rank
         self.local, self.world = rank % per_node, nodes * per_node
         key = "machine_one" if nodes == 1 else "machine_many"
-        machine = MESSAGES[key].format(gpus=gpus, local=per_node, world=self.world, nodes=nodes)
-        self.where = MESSAGES["setup_where"].format(machine=machine, rank=rank, local=self.local)
+        machine = Phrase(key, gpus=gpus, local=per_node, world=self.world, nodes=nodes)
+        self.where = Phrase("setup_where", machine=machine, rank=rank, local=self.local)
         self.want = "nccl" if gpus >= per_node else "gloo"
 
-    def wrong(self, key, hint, **fields):
-        return Wrong(MESSAGES[key].format(where=self.where, **fields), hint=hint)
+    def wrong(self, key, **fields):
+        return Wrong(key, where=self.where, **fields)
 
     def wrong_gpu(self, key, name):
         """The Wrong for a GPU that is not this rank's: RANK's number, no number, another."""
-        what = MESSAGES[key].format(got=name)
+        what = Phrase(key, got=name)
         got = _index(name)
         if got is None:
-            return self.wrong("setup_gpu_no_index", 1, what=what)
+            return self.wrong("setup_gpu_no_index", what=what)
         if got == self.rank != self.local:
-            return self.wrong("setup_gpu_global", 1, what=what, world=self.world, gpus=self.gpus)
+            return self.wrong("setup_gpu_global", what=what, world=self.world, gpus=self.gpus)
         if got >= self.gpus:
-            return self.wrong("setup_gpu_missing", 1, what=what, last=self.gpus - 1)
-        return self.wrong("setup_gpu_other", 1, what=what)
+            return self.wrong("setup_gpu_missing", what=what, last=self.gpus - 1)
+        return self.wrong("setup_gpu_other", what=what)
 
 
 def _judge_pretend(case, seen) -> None:
     m = _Machine(*case)
     if not seen["inits"]:
-        raise m.wrong("setup_no_init", 0)
+        raise m.wrong("setup_no_init")
     if len(seen["inits"]) > 1:
-        raise m.wrong("setup_init_twice", 0, count=len(seen["inits"]))
+        raise m.wrong("setup_init_twice", count=len(seen["inits"]))
     (init,) = seen["inits"]
     # No backend named: torch takes the device_id's, else the accelerator's (nccl on CUDA).
     got = init["backend"] or ("nccl" if init["device_id"] or m.gpus else "gloo")
     if got != m.want:
-        raise m.wrong("setup_backend", 0, got=got, want=m.want)
+        raise m.wrong("setup_backend", got=got, want=m.want)
     for name, env, value in (("rank", "RANK", m.rank), ("world_size", "WORLD_SIZE", m.world)):
         if init[name] not in (-1, value):
-            raise m.wrong("setup_argument", 1, name=name, got=init[name], env=env, want=value)
+            raise m.wrong("setup_argument", name=name, got=init[name], env=env, want=value)
     returned = seen["returned"]
     if "device" not in returned:
-        raise m.wrong("setup_not_a_device", 0, got=returned["other"])
+        raise m.wrong("setup_not_a_device", got=returned["other"])
     (_judge_nccl if m.want == "nccl" else _judge_gloo)(m, init, seen["pinned"], returned)
 
 
@@ -398,10 +457,10 @@ def _judge_gloo(m, init, pinned, returned) -> None:
     for key, name in used:
         gpu = _index(name)
         if gpu is None or gpu >= m.gpus:
-            what = MESSAGES[key].format(got=name)
-            raise m.wrong("setup_gloo_gpu", 0, what=what, gpus=m.gpus, local=m.per_node)
+            what = Phrase(key, got=name)
+            raise m.wrong("setup_gloo_gpu", what=what, gpus=m.gpus, local=m.per_node)
     if returned["type"] != "cpu":
-        raise m.wrong("setup_gloo_device", 0, got=returned["device"])
+        raise m.wrong("setup_gloo_device", got=returned["device"])
 
 
 def _judge_nccl(m, init, pinned, returned) -> None:
@@ -409,49 +468,52 @@ def _judge_nccl(m, init, pinned, returned) -> None:
         if _index(name) != m.local:
             raise m.wrong_gpu("setup_pinned", name)
     if init["device_id"] is None:
-        raise m.wrong("setup_no_device_id", 2)
+        raise m.wrong("setup_no_device_id")
     if _index(init["device_id"]) != m.local:
         raise m.wrong_gpu("setup_device_id", init["device_id"])
     if not pinned:
-        raise m.wrong("setup_not_pinned", 2)
+        raise m.wrong("setup_not_pinned")
     if returned["type"] != "cuda":
-        raise m.wrong("setup_nccl_cpu", 0, got=returned["device"])
+        raise m.wrong("setup_nccl_cpu", got=returned["device"])
     if returned["index"] != m.local:
         raise m.wrong_gpu("setup_returned_gpu", returned["device"])
 
 
 def _judge_real(real) -> None:
-    where = MESSAGES["setup_real"].format(rank=real["rank"])
+    where = Phrase("setup_real", rank=real["rank"])
     if not real["joined"]:
-        raise Wrong(MESSAGES["setup_real_missing"].format(where=where), hint=0)
+        raise Wrong("setup_real_missing", where=where)
     want, got = real["want"], real["backend"]
     if got != want:
-        raise Wrong(MESSAGES["setup_backend"].format(where=where, got=got, want=want), hint=0)
+        raise Wrong("setup_backend", where=where, got=got, want=want)
     if tuple(real["group"]) != (real["rank"], real["world"]):
         got_rank, got_world = real["group"]
-        text = MESSAGES["setup_real_group"].format(
-            where=where, got_rank=got_rank, got_world=got_world, **real
+        raise Wrong(
+            "setup_real_group",
+            where=where,
+            got_rank=got_rank,
+            got_world=got_world,
+            rank=real["rank"],
+            world=real["world"],
         )
-        raise Wrong(text, hint=1)
     returned = real["returned"]
     if "device" not in returned:
-        text = MESSAGES["setup_not_a_device"].format(where=where, got=returned["other"])
-        raise Wrong(text, hint=0)
+        raise Wrong("setup_not_a_device", where=where, got=returned["other"])
     key = {"gloo": "setup_gloo_device", "nccl": "setup_nccl_cpu"}[want]
     if returned["type"] != ("cpu" if want == "gloo" else "cuda"):
-        raise Wrong(MESSAGES[key].format(where=where, got=returned["device"]), hint=0)
+        raise Wrong(key, where=where, got=returned["device"])
 
 
-def _check_setup(fn, cases=SETUP_CASES) -> str:
-    results = run_on_ranks(_setup_harness, fn, cases, nprocs=2, hang_hint=0)
+def _check_setup(fn, cases=SETUP_CASES) -> Phrase:
+    results = run_on_ranks(_setup_harness, fn, cases, nprocs=2)
     for case, seen in zip(cases, results[0]["pretend"], strict=True):
         _judge_pretend(case, seen)
     for result in results:
         _judge_real(result["real"])
-    return MESSAGES["setup_ok"].format(cases=len(cases))
+    return Phrase("setup_ok", cases=len(cases))
 
 
-def _hidden_setup(fn) -> str:
+def _hidden_setup(fn) -> Phrase:
     # Machines the check does not show: 8 GPUs, 2 machines x 8 ranks, and more GPUs than ranks.
     return _check_setup(fn, [(8, 2, 8, 13), (4, 1, 2, 0), (8, 4, 4, 6)])
 
@@ -479,15 +541,14 @@ def _cleanup_harness(cleanup):
     return {"left": left}
 
 
-def _check_cleanup(fn) -> str:
-    results = run_on_ranks(_cleanup_harness, fn, nprocs=2, hang_hint=1)
+def _check_cleanup(fn) -> Phrase:
+    results = run_on_ranks(_cleanup_harness, fn, nprocs=2)
     left = [rank for rank, r in enumerate(results) if r["left"]]
     if len(left) == len(results):
-        raise Wrong(MESSAGES["cleanup_left_all"], hint=0)
+        raise Wrong("cleanup_left_all")
     if left:
-        ranks = ", ".join(map(str, left))
-        raise Wrong(MESSAGES["cleanup_left_some"].format(ranks=ranks), hint=1)
-    return MESSAGES["cleanup_ok"]
+        raise Wrong("cleanup_left_some", ranks=", ".join(map(str, left)))
+    return Phrase("cleanup_ok")
 
 
 def average_gradients(model):
@@ -532,29 +593,91 @@ def _average_gradients_harness(average_gradients):
         dist.destroy_process_group()
 
 
-def _check_average(fn) -> str:
-    results = run_on_ranks(_average_gradients_harness, fn, nprocs=2, hang_hint=1)
+def _check_average(fn) -> Phrase:
+    results = run_on_ranks(_average_gradients_harness, fn, nprocs=2)
     worst = max(results, key=lambda r: r["diff"])
     if worst["diff"] <= 1e-6:
-        return MESSAGES["avg_ok"].format(diff=worst["diff"])
+        return Phrase("avg_ok", diff=worst["diff"])
     if all(r["unchanged"] for r in results):
-        raise Wrong(MESSAGES["avg_unchanged"], hint=0)
+        raise Wrong("avg_unchanged")
     if abs(worst["ratio"] - 2.0) < 0.05:
-        raise Wrong(MESSAGES["avg_sum"].format(ratio=worst["ratio"]), hint=0)
-    raise Wrong(MESSAGES["avg_differ"].format(diff=worst["diff"]), hint=0)
+        raise Wrong("avg_sum", ratio=worst["ratio"])
+    raise Wrong("avg_differ", diff=worst["diff"])
 
 
 q1 = Exercise(
     "2.1",
     "pick_backend",
     _check_backend,
-    MESSAGES["backend_hints"],
     pick_backend,
+    texts=MESSAGES,
+    hints=("backend_cuda", "backend_gpu_per_rank", "backend_code"),
+    mistakes={
+        "backend_no_cuda": Mistake(hint="backend_cuda"),
+        "backend_too_few": Mistake(hint="backend_gpu_per_rank"),
+        "backend_enough": Mistake(hint="backend_gpu_per_rank"),
+        "backend_local": Mistake(hint="backend_gpu_per_rank"),
+    },
     hidden=_hidden_backend,
 )
-q2 = Exercise("2.2", "setup", _check_setup, MESSAGES["setup_hints"], setup, hidden=_hidden_setup)
-q3 = Exercise("2.3", "cleanup", _check_cleanup, MESSAGES["cleanup_hints"], cleanup)
-q4 = Exercise("2.4", "average_gradients", _check_average, MESSAGES["avg_hints"], average_gradients)
+q2 = Exercise(
+    "2.2",
+    "setup",
+    _check_setup,
+    setup,
+    texts=MESSAGES,
+    hints=("setup_backend", "setup_local_rank", "setup_pin", "setup_code"),
+    mistakes={
+        "setup_no_init": Mistake(hint="setup_backend"),
+        "setup_init_twice": Mistake(hint="setup_backend"),
+        "setup_backend": Mistake(hint="setup_backend"),
+        "setup_argument": Mistake(hint="setup_local_rank"),
+        "setup_not_a_device": Mistake(hint="setup_backend"),
+        "setup_gloo_gpu": Mistake(hint="setup_backend"),
+        "setup_gloo_device": Mistake(hint="setup_backend"),
+        "setup_no_device_id": Mistake(hint="setup_pin"),
+        "setup_not_pinned": Mistake(hint="setup_pin"),
+        "setup_nccl_cpu": Mistake(hint="setup_backend"),
+        "setup_gpu_no_index": Mistake(hint="setup_local_rank"),
+        "setup_gpu_global": Mistake(hint="setup_local_rank"),
+        "setup_gpu_missing": Mistake(hint="setup_local_rank"),
+        "setup_gpu_other": Mistake(hint="setup_local_rank"),
+        "setup_real_missing": Mistake(hint="setup_backend"),
+        "setup_real_group": Mistake(hint="setup_local_rank"),
+        "hang": Mistake(hint="setup_backend"),
+        "mismatch": Mistake(hint="setup_backend"),
+    },
+    hidden=_hidden_setup,
+)
+q3 = Exercise(
+    "2.3",
+    "cleanup",
+    _check_cleanup,
+    cleanup,
+    texts=MESSAGES,
+    hints=("cleanup_leave", "cleanup_every_rank", "cleanup_code"),
+    mistakes={
+        "cleanup_left_all": Mistake(hint="cleanup_leave"),
+        "cleanup_left_some": Mistake(hint="cleanup_every_rank"),
+        "hang": Mistake(hint="cleanup_every_rank"),
+        "mismatch": Mistake(hint="cleanup_every_rank"),
+    },
+)
+q4 = Exercise(
+    "2.4",
+    "average_gradients",
+    _check_average,
+    average_gradients,
+    texts=MESSAGES,
+    hints=("avg_divide", "avg_same_calls", "avg_code"),
+    mistakes={
+        "avg_sum": Mistake(hint="avg_divide"),
+        "avg_unchanged": Mistake(hint="avg_divide"),
+        "avg_differ": Mistake(hint="avg_divide"),
+        "hang": Mistake(hint="avg_same_calls"),
+        "mismatch": Mistake(hint="avg_same_calls"),
+    },
+)
 EXERCISES = [q1, q2, q3, q4]
 
 

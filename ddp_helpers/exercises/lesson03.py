@@ -2,119 +2,165 @@
 
 from __future__ import annotations
 
-from ._core import Exercise, Wrong, run_on_ranks
+from ..i18n import messages
+from ._core import Exercise, Listed, Mistake, Phrase, Wrong, run_on_ranks
 from ._core import progress as _progress
 
-MESSAGES = {
-    "wrap_hints": [
-        "DDP wraps the model where it already is; it does not move it. Put the model on "
-        "this rank's device first, then wrap it, and return the wrapper.",
-        "device_ids names the one GPU a model lives on, by its number on this machine: the "
-        "number of the device you were given. For a model on the CPU, DDP refuses any "
-        "device_ids.",
-        'return DDP(model.to(device), device_ids=[device.index] if device.type == "cuda" '
-        "else None)",
-    ],
-    "wrap_bare": (
-        "wrap returned a {kind}, not a DistributedDataParallel: nothing copied rank 0's "
-        "weights to the other ranks (rank 1 kept its own), and nothing would average the "
-        "gradients in backward()."
-    ),
-    "wrap_cpu_ids": (
-        "On the CPU, DDP refused the device_ids it was given ({error}). device_ids is for a "
-        "model on one GPU; a model on the CPU is wrapped without it. (The check's machine "
-        "has a GPU, too few for both ranks: the set-up chose the CPU, so go by the device "
-        "wrap is given, not by whether CUDA exists.)"
-    ),
-    "wrap_weights": (
-        "After wrap, rank {rank}'s weights were not rank 0's: DDP was told not to broadcast "
-        "them at construction, so the ranks start from different models."
-    ),
-    "wrap_buffers": (
-        "After wrap, rank {rank}'s buffers (BatchNorm's running statistics) were not rank "
-        "0's: DDP was told not to broadcast buffers, so they start different and stay so."
-    ),
-    "wrap_not_moved": (
-        "On 2 pretend machines with 2 GPUs each, rank {rank} (local rank {local} on machine "
-        "{node}) was given {device}, but its model was {where} when DDP wrapped it. DDP does "
-        "not move a model: the model must already be on the device it was given."
-    ),
-    "wrap_no_ids": (
-        "On a pretend GPU machine, rank {rank}'s model on {device} was wrapped without "
-        "device_ids. DDP accepts that but then leaves each batch where it is; the course's "
-        "rule names the model's one GPU in device_ids, and DDP moves each batch there "
-        "before forward."
-    ),
-    "wrap_global_ids": (
-        "Rank {rank} is local rank {local} on machine {node}, which has GPUs cuda:0 and "
-        "cuda:1; it was given {device} but wrapped with device_ids={ids}. device_ids counts "
-        "GPUs on this machine, not ranks across machines."
-    ),
-    "wrap_other_ids": (
-        "Rank {rank} (local rank {local} on machine {node}) was given {device} but wrapped "
-        "with device_ids={ids}: one GPU, the one its model is on."
-    ),
-    "wrap_gpu_error": (
-        "On a pretend GPU machine (only DDP's constructor and the model's move are "
-        "pretended), wrap raised {error} on rank {rank}."
-    ),
-    "wrap_ok": (
-        "On 2 CPU ranks whose models started different, every rank held rank 0's weights and "
-        "buffers after wrap, without device_ids; on 2 pretend machines x 2 GPUs, each rank's "
-        "model went to its cuda:LOCAL_RANK and DDP got device_ids=[LOCAL_RANK]."
-    ),
-    "sync_hints": [
-        "Looking at this rank's own copy tells you nothing about the other ranks: you have "
-        "to communicate. Broadcast rank 0's copy of each tensor and compare, or all_gather "
-        "them.",
-        "Every tensor that can differ counts: every parameter (weights and biases, the last "
-        "one too) and every buffer (BatchNorm's running statistics, model.buffers()).",
-        "Every rank must return the same answer. Count the differences on each rank, then "
-        "all_reduce that count so every rank sees the total.",
-        "For each t in [*model.parameters(), *model.buffers()]: broadcast a clone from rank "
-        "0 and add (clone != t).sum() to a counter on the model's device; all_reduce the "
-        "counter; return counter.item() == 0.",
-    ],
-    "sync_before": (
-        "Before wrapping, the ranks' models were built with different seeds, yet "
-        "params_in_sync returned True on rank {rank}."
-    ),
-    "sync_wrap": (
-        "Right after DDP(model) every rank holds rank 0's weights and buffers (DDP broadcasts "
-        "them), but params_in_sync returned False on rank {rank}."
-    ),
-    "sync_local": (
-        "After rank 1 changed its copy, params_in_sync still returned True on rank {rank} "
-        "every time: it must compare with the other ranks, not only look at its own copy."
-    ),
-    "sync_missed": (
-        "After rank 1 changed {what}, params_in_sync still returned True on rank {rank}: "
-        "a difference anywhere in the model counts."
-    ),
-    "sync_disagree": (
-        "The ranks disagree ({cases}; per rank): {answers}. Every rank must return the same answer."
-    ),
-    "sync_ok": (
-        "False before wrapping, True after, False after rank 1 changed a weight, a bias, the "
-        "last parameter or a buffer; the same answer on every rank."
-    ),
-    "ratio_hints": [
-        "DDP averages the ranks' gradients. With a summed loss each rank's gradient is the "
-        "sum over its own rows only.",
-        "One process, summed loss over all B rows: gradient G. Two ranks, each summing over "
-        "B/2 rows, averaged by DDP: (G1 + G2) / 2 = G / 2.",
-    ],
-    "ratio_inverse": (
-        "The other way round: DDP averages the ranks' gradients, dividing by the number of "
-        "ranks, so its update is smaller."
-    ),
-    "ratio_other": (
-        "{got} is not it. With a summed loss, each rank's gradient sums over its own rows; "
-        "what does DDP then do with the ranks' gradients, and how does that compare with "
-        "one process summing over all rows?"
-    ),
-    "ratio_ok": "DDP's update is 1 / world_size = 0.5 of the single-process one.",
-}
+MESSAGES = messages(
+    "exercises.lesson03",
+    {
+        "hint.wrap_move_first": (
+            "DDP wraps the model where it already is; it does not move it. Put the model on "
+            "this rank's device first, then wrap it, and return the wrapper."
+        ),
+        "hint.wrap_device_ids": (
+            "device_ids names the one GPU a model lives on, by its number on this machine: "
+            "the number of the device you were given. For a model on the CPU, DDP refuses "
+            "any device_ids."
+        ),
+        "hint.wrap_code": (
+            'return DDP(model.to(device), device_ids=[device.index] if device.type == "cuda" '
+            "else None)"
+        ),
+        "wrap_bare": (
+            "wrap returned a {kind}, not a DistributedDataParallel: nothing copied rank 0's "
+            "weights to the other ranks (rank 1 kept its own), and nothing would average the "
+            "gradients in backward()."
+        ),
+        "wrap_bare.title": "not wrapped in DistributedDataParallel",
+        "wrap_cpu_ids": (
+            "On the CPU, DDP refused the device_ids it was given ({error}). device_ids is "
+            "for a model on one GPU; a model on the CPU is wrapped without it. (The check's "
+            "machine has a GPU, too few for both ranks: the set-up chose the CPU, so go by "
+            "the device wrap is given, not by whether CUDA exists.)"
+        ),
+        "wrap_cpu_ids.title": "device_ids for a model on the CPU",
+        "wrap_weights": (
+            "After wrap, rank {rank}'s weights were not rank 0's: DDP was told not to "
+            "broadcast them at construction, so the ranks start from different models."
+        ),
+        "wrap_weights.title": "the weights were not broadcast from rank 0",
+        "wrap_buffers": (
+            "After wrap, rank {rank}'s buffers (BatchNorm's running statistics) were not "
+            "rank 0's: DDP was told not to broadcast buffers, so they start different and "
+            "stay so."
+        ),
+        "wrap_buffers.title": "buffers not broadcast (broadcast_buffers=False)",
+        "wrap_not_moved": (
+            "On 2 pretend machines with 2 GPUs each, rank {rank} (local rank {local} on "
+            "machine {node}) was given {device}, but its model was {where} when DDP wrapped "
+            "it. DDP does not move a model: the model must already be on the device it was "
+            "given."
+        ),
+        "wrap_not_moved.title": "the model not moved to its device before wrapping",
+        "wrap_still_cpu": "still on the CPU",
+        "wrap_on": "on {device}",
+        "wrap_no_ids": (
+            "On a pretend GPU machine, rank {rank}'s model on {device} was wrapped without "
+            "device_ids. DDP accepts that but then leaves each batch where it is; the "
+            "course's rule names the model's one GPU in device_ids, and DDP moves each batch "
+            "there before forward."
+        ),
+        "wrap_no_ids.title": "a GPU model wrapped without device_ids",
+        "wrap_global_ids": (
+            "Rank {rank} is local rank {local} on machine {node}, which has GPUs cuda:0 and "
+            "cuda:1; it was given {device} but wrapped with device_ids={ids}. device_ids "
+            "counts GPUs on this machine, not ranks across machines."
+        ),
+        "wrap_global_ids.title": "RANK used where LOCAL_RANK belongs",
+        "wrap_other_ids": (
+            "Rank {rank} (local rank {local} on machine {node}) was given {device} but "
+            "wrapped with device_ids={ids}: one GPU, the one its model is on."
+        ),
+        "wrap_other_ids.title": "device_ids not the model's GPU",
+        "wrap_gpu_error": (
+            "On a pretend GPU machine (only DDP's constructor and the model's move are "
+            "pretended), wrap raised {error} on rank {rank}."
+        ),
+        "wrap_gpu_error.title": "an error on a GPU machine",
+        "wrap_ok": (
+            "On 2 CPU ranks whose models started different, every rank held rank 0's weights "
+            "and buffers after wrap, without device_ids; on 2 pretend machines x 2 GPUs, "
+            "each rank's model went to its cuda:LOCAL_RANK and DDP got "
+            "device_ids=[LOCAL_RANK]."
+        ),
+        "hint.sync_communicate": (
+            "Looking at this rank's own copy tells you nothing about the other ranks: you "
+            "have to communicate. Broadcast rank 0's copy of each tensor and compare, or "
+            "all_gather them."
+        ),
+        "hint.sync_every_tensor": (
+            "Every tensor that can differ counts: every parameter (weights and biases, the "
+            "last one too) and every buffer (BatchNorm's running statistics, "
+            "model.buffers())."
+        ),
+        "hint.sync_same_answer": (
+            "Every rank must return the same answer. Count the differences on each rank, "
+            "then all_reduce that count so every rank sees the total."
+        ),
+        "hint.sync_code": (
+            "For each t in [*model.parameters(), *model.buffers()]: broadcast a clone from "
+            "rank 0 and add (clone != t).sum() to a counter on the model's device; "
+            "all_reduce the counter; return counter.item() == 0."
+        ),
+        "sync_before": (
+            "Before wrapping, the ranks' models were built with different seeds, yet "
+            "params_in_sync returned True on rank {rank}."
+        ),
+        "sync_before.title": "True for models that differ",
+        "sync_wrap": (
+            "Right after DDP(model) every rank holds rank 0's weights and buffers (DDP "
+            "broadcasts them), but params_in_sync returned False on rank {rank}."
+        ),
+        "sync_wrap.title": "False for models in sync",
+        "sync_local": (
+            "After rank 1 changed its copy, params_in_sync still returned True on rank "
+            "{rank} every time: it must compare with the other ranks, not only look at its "
+            "own copy."
+        ),
+        "sync_local.title": "looks only at its own rank's copy",
+        "sync_missed": (
+            "After rank 1 changed {what}, params_in_sync still returned True on rank "
+            "{rank}: a difference anywhere in the model counts."
+        ),
+        "sync_missed.title": "some tensors not compared",
+        "sync_disagree": (
+            "The ranks disagree ({cases}; per rank): {answers}. Every rank must return the "
+            "same answer."
+        ),
+        "sync_disagree.title": "the ranks return different answers",
+        "case_before": "before",
+        "case_after_wrapping": "after wrapping",
+        "change_first_weight": "the first weight",
+        "change_middle_bias": "a bias in the middle",
+        "change_last_parameter": "the last parameter",
+        "change_buffer": "a buffer (BatchNorm's running mean)",
+        "sync_ok": (
+            "False before wrapping, True after, False after rank 1 changed a weight, a "
+            "bias, the last parameter or a buffer; the same answer on every rank."
+        ),
+        "hint.ratio_average": (
+            "DDP averages the ranks' gradients. With a summed loss each rank's gradient is "
+            "the sum over its own rows only."
+        ),
+        "hint.ratio_sums": (
+            "One process, summed loss over all B rows: gradient G. Two ranks, each summing "
+            "over B/2 rows, averaged by DDP: (G1 + G2) / 2 = G / 2."
+        ),
+        "ratio_inverse": (
+            "The other way round: DDP averages the ranks' gradients, dividing by the number "
+            "of ranks, so its update is smaller."
+        ),
+        "ratio_inverse.title": "the inverse ratio",
+        "ratio_other": (
+            "{got} is not it. With a summed loss, each rank's gradient sums over its own "
+            "rows; what does DDP then do with the ranks' gradients, and how does that "
+            "compare with one process summing over all rows?"
+        ),
+        "ratio_other.title": "another ratio",
+        "ratio_ok": "DDP's update is 1 / world_size = 0.5 of the single-process one.",
+    },
+)
 
 
 def wrap(model, device):
@@ -239,22 +285,21 @@ def _pretend_gpu_harness(wrap):
     return {**env, **seen, "ddp": isinstance(wrapped, DDP), "kind": kind, "error": error}
 
 
-def _check_wrap(fn) -> str:
+def _check_wrap(fn) -> Phrase:
     results = run_on_ranks(_wrap_harness, fn, nprocs=2)
     expected = _rank_model(0).state_dict()
     buffers = {name for name, _ in _sync_model().named_buffers()}
     for rank, got in enumerate(results):
         if "error" in got:
-            raise Wrong(MESSAGES["wrap_cpu_ids"].format(error=got["error"]), hint=1)
+            raise Wrong("wrap_cpu_ids", error=got["error"])
         if not got["ddp"]:
-            raise Wrong(MESSAGES["wrap_bare"].format(kind=got["kind"]), hint=0)
+            raise Wrong("wrap_bare", kind=got["kind"])
         for name, want in expected.items():
             if not got["state"][name].equal(want):
-                key = "wrap_buffers" if name in buffers else "wrap_weights"
-                raise Wrong(MESSAGES[key].format(rank=rank))
+                raise Wrong("wrap_buffers" if name in buffers else "wrap_weights", rank=rank)
     for got in run_on_ranks(_pretend_gpu_harness, fn, nprocs=4, nnodes=2):
         _check_pretend_gpu_rank(got)
-    return MESSAGES["wrap_ok"]
+    return Phrase("wrap_ok")
 
 
 def _check_pretend_gpu_rank(got) -> None:
@@ -264,22 +309,22 @@ def _check_pretend_gpu_rank(got) -> None:
         wrapped = got["wrapped"][-1]
         if wrapped["where"] != f"cuda:{local}":
             place = (
-                "still on the CPU"
+                Phrase("wrap_still_cpu")
                 if wrapped["where"] == "never moved"
-                else f"on {wrapped['where']}"
+                else Phrase("wrap_on", device=wrapped["where"])
             )
-            raise Wrong(MESSAGES["wrap_not_moved"].format(where=place, **where), hint=0)
+            raise Wrong("wrap_not_moved", where=place, **where)
         ids = wrapped["device_ids"]
         if ids is None:
-            raise Wrong(MESSAGES["wrap_no_ids"].format(**where), hint=1)
+            raise Wrong("wrap_no_ids", **where)
         if ids == [rank] and rank != local:
-            raise Wrong(MESSAGES["wrap_global_ids"].format(ids=ids, **where), hint=1)
+            raise Wrong("wrap_global_ids", ids=ids, **where)
         if ids != [local]:
-            raise Wrong(MESSAGES["wrap_other_ids"].format(ids=ids, **where), hint=1)
+            raise Wrong("wrap_other_ids", ids=ids, **where)
     if got["error"] is not None:
-        raise Wrong(MESSAGES["wrap_gpu_error"].format(error=got["error"], rank=rank))
+        raise Wrong("wrap_gpu_error", error=got["error"], rank=rank)
     if not got["ddp"]:
-        raise Wrong(MESSAGES["wrap_bare"].format(kind=got["kind"]), hint=0)
+        raise Wrong("wrap_bare", kind=got["kind"])
 
 
 def params_in_sync(model):
@@ -298,10 +343,10 @@ def params_in_sync(model):
 
 # What rank 1 changes in its copy after wrapping, one at a time: (what, tensor name).
 SYNC_CHANGES = [
-    ("the first weight", "0.weight"),
-    ("a bias in the middle", "1.bias"),
-    ("the last parameter", "3.bias"),
-    ("a buffer (BatchNorm's running mean)", "1.running_mean"),
+    ("change_first_weight", "0.weight"),
+    ("change_middle_bias", "1.bias"),
+    ("change_last_parameter", "3.bias"),
+    ("change_buffer", "1.running_mean"),
 ]
 
 
@@ -314,9 +359,9 @@ def _params_in_sync_harness(params_in_sync):
     try:
         torch.manual_seed(dist.get_rank())  # a different start on every rank
         model = _sync_model()
-        answers = {"before": bool(params_in_sync(model))}
+        answers = {"case_before": bool(params_in_sync(model))}
         ddp = DDP(model)
-        answers["after wrapping"] = bool(params_in_sync(ddp))
+        answers["case_after_wrapping"] = bool(params_in_sync(ddp))
         state = ddp.module.state_dict()
         for what, name in SYNC_CHANGES:
             saved = state[name].clone()
@@ -331,23 +376,23 @@ def _params_in_sync_harness(params_in_sync):
         dist.destroy_process_group()
 
 
-def _check_sync(fn) -> str:
-    answers = run_on_ranks(_params_in_sync_harness, fn, nprocs=2, hang_hint=2)
+def _check_sync(fn) -> Phrase:
+    answers = run_on_ranks(_params_in_sync_harness, fn, nprocs=2)
     if answers[0] != answers[1]:
-        cases = ", ".join(answers[0])
+        cases = Listed(Phrase(case) for case in answers[0])
         table = [list(a.values()) for a in answers]
-        raise Wrong(MESSAGES["sync_disagree"].format(cases=cases, answers=table), hint=2)
+        raise Wrong("sync_disagree", cases=cases, answers=table)
     for rank, got in enumerate(answers):
-        if not got["after wrapping"]:
-            raise Wrong(MESSAGES["sync_wrap"].format(rank=rank), hint=1)
+        if not got["case_after_wrapping"]:
+            raise Wrong("sync_wrap", rank=rank)
         missed = [what for what, _ in SYNC_CHANGES if got[what]]
         if len(missed) == len(SYNC_CHANGES):
-            raise Wrong(MESSAGES["sync_local"].format(rank=rank), hint=0)
+            raise Wrong("sync_local", rank=rank)
         if missed:
-            raise Wrong(MESSAGES["sync_missed"].format(what=missed[0], rank=rank), hint=1)
-        if got["before"]:
-            raise Wrong(MESSAGES["sync_before"].format(rank=rank), hint=0)
-    return MESSAGES["sync_ok"]
+            raise Wrong("sync_missed", what=Phrase(missed[0]), rank=rank)
+        if got["case_before"]:
+            raise Wrong("sync_before", rank=rank)
+    return Phrase("sync_ok")
 
 
 STEPS, BATCH = 20, 8
@@ -374,28 +419,66 @@ def predict_summed_loss_ratio():
     return 0.5
 
 
-def _check_ratio(fn) -> str:
+def _check_ratio(fn) -> Phrase:
     got = float(fn())
     if abs(got - 0.5) < 1e-6:
-        return MESSAGES["ratio_ok"]
+        return Phrase("ratio_ok")
     if abs(got - 2.0) < 1e-6:
-        raise Wrong(MESSAGES["ratio_inverse"], hint=0)
-    raise Wrong(MESSAGES["ratio_other"].format(got=got), hint=0)
+        raise Wrong("ratio_inverse")
+    raise Wrong("ratio_other", got=got)
 
 
-q1 = Exercise("3.1", "wrap", _check_wrap, MESSAGES["wrap_hints"], wrap)
+q1 = Exercise(
+    "3.1",
+    "wrap",
+    _check_wrap,
+    wrap,
+    texts=MESSAGES,
+    hints=("wrap_move_first", "wrap_device_ids", "wrap_code"),
+    mistakes={
+        "wrap_cpu_ids": Mistake(hint="wrap_device_ids"),
+        "wrap_bare": Mistake(hint="wrap_move_first"),
+        "wrap_weights": Mistake(),
+        "wrap_buffers": Mistake(),
+        "wrap_not_moved": Mistake(hint="wrap_move_first"),
+        "wrap_no_ids": Mistake(hint="wrap_device_ids"),
+        "wrap_global_ids": Mistake(hint="wrap_device_ids"),
+        "wrap_other_ids": Mistake(hint="wrap_device_ids"),
+        "wrap_gpu_error": Mistake(),
+    },
+)
 # The pace rule (40 s a line of the answer) gives 5 minutes; a newcomer has to invent a
 # communication pattern here (who sends, what is compared, how every rank learns the
 # verdict), which takes about 10.
 q2 = Exercise(
-    "3.2", "params_in_sync", _check_sync, MESSAGES["sync_hints"], params_in_sync, minutes=10
+    "3.2",
+    "params_in_sync",
+    _check_sync,
+    params_in_sync,
+    texts=MESSAGES,
+    hints=("sync_communicate", "sync_every_tensor", "sync_same_answer", "sync_code"),
+    mistakes={
+        "sync_disagree": Mistake(hint="sync_same_answer"),
+        "sync_wrap": Mistake(hint="sync_every_tensor"),
+        "sync_local": Mistake(hint="sync_communicate"),
+        "sync_missed": Mistake(hint="sync_every_tensor"),
+        "sync_before": Mistake(hint="sync_communicate"),
+        "hang": Mistake(hint="sync_same_answer"),
+        "mismatch": Mistake(hint="sync_same_answer"),
+    },
+    minutes=10,
 )
 q3 = Exercise(
     "3.3",
     "predict_summed_loss_ratio",
     _check_ratio,
-    MESSAGES["ratio_hints"],
     predict_summed_loss_ratio,
+    texts=MESSAGES,
+    hints=("ratio_average", "ratio_sums"),
+    mistakes={
+        "ratio_inverse": Mistake(hint="ratio_average"),
+        "ratio_other": Mistake(hint="ratio_average"),
+    },
 )
 EXERCISES = [q1, q2, q3]
 

@@ -5,7 +5,8 @@ package's wheel at the course's pins, then `python -m ddp_helpers.grading.autogr
 setup`), and runs run_autograder in a fresh container of it for each submission: `run`
 picks the notebook in /autograder/submission and grades it with `grade` (batch.py,
 gradescope.py), which writes /autograder/results/results.json. The container is the
-sandbox there: bubblewrap's user namespaces are usually blocked inside it, so no --sandbox.
+sandbox there: bubblewrap's user namespaces are usually blocked inside it, so --no-sandbox,
+said outright (the default would say in its output that bubblewrap cannot run).
 AUTOGRADER_ROOT moves /autograder elsewhere (tests).
 """
 
@@ -22,6 +23,7 @@ import zipfile
 from pathlib import Path
 
 from ..exercises import LESSONS, notebook_name
+from .files import replaced_whole
 
 DISTRIBUTION = "ddp-basics"
 CONFIG = "autograder.json"
@@ -265,14 +267,12 @@ def _torch_installed() -> str:
 def _write_zip(out: Path, files: dict[str, tuple[bytes, int]]) -> None:
     """The zip, made whole beside `out` and then moved into place."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+    with replaced_whole(out, "wb") as f, zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED) as zf:
         for name, (data, mode) in files.items():
             info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
             info.external_attr = (0o100000 | mode) << 16  # a regular file, with its mode
             info.compress_type = zipfile.ZIP_DEFLATED
             zf.writestr(info, data)
-    os.replace(tmp, out)
 
 
 def build_autograder(

@@ -1,10 +1,12 @@
 """A batch of submissions: graded N at a time, a timeout among others graded again alone,
-rows written as they finish, and Ctrl-C that stops everything cleanly."""
+each row handed to the outputs (outputs.py) as it is settled, and Ctrl-C that stops
+everything cleanly."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 import shutil
 import signal
 import sys
@@ -14,22 +16,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .class_report import write_report
-from .gradescope import results_paths, write_results
-from .reports import (
-    MESSAGES as REPORT_MESSAGES,
-)
-from .reports import (
-    CsvWriter,
-    Progress,
-    feedback_names,
-    in_order,
-    summary,
-    write_feedback,
-)
+from . import dispatch
+from .outputs import ClassReport, FeedbackFiles, GradescopeResults, GradesCsv, Output
+from .reports import MESSAGES as REPORT_MESSAGES
+from .reports import Progress, feedback_names, in_order, summary
 from .results import Event, Row, Status, Submission
+from .sandbox import Confinement
 from .submissions import columns_for, find_submissions
-from .worker import grade_one
 
 DEFAULT_TIMEOUT = 300.0
 
@@ -52,6 +45,22 @@ MESSAGES = {
         "unfinished submissions started was stopped."
     ),
 }
+
+
+@dataclasses.dataclass(frozen=True)
+class GradeOptions:
+    """How a batch is graded and what it writes: `python -m ddp_helpers grade`'s options."""
+
+    out: str | Path = "grades.csv"  # the CSV
+    feedback: str | Path | None = None  # a folder: one Markdown file per submission
+    timeout: float = DEFAULT_TIMEOUT  # seconds a notebook may run
+    jobs: int = 1  # submissions graded at once
+    lesson: str | None = None  # the lesson asked for: notebooks of others are invalid
+    confinement: Confinement | None = None  # the sandbox and the limits (sandbox.choose)
+    gradescope: str | Path | None = None  # a folder for Gradescope's results.json
+    hidden_visibility: str = "after_published"  # when Gradescope shows the extra cases
+    student_from: re.Pattern | None = None  # finds the student in each submission's path
+    report: str | Path | None = None  # the class report, an HTML file
 
 
 class Batch:
@@ -131,157 +140,166 @@ def _short_tmp(confinement) -> str | None:
 
 def grade(
     paths,
-    out="grades.csv",
-    feedback=None,
-    timeout: float = DEFAULT_TIMEOUT,
-    jobs: int = 1,
-    lesson: str | None = None,
+    options: GradeOptions | None = None,
+    *,
     stream=None,
-    grade_submission=None,
-    confinement=None,
-    gradescope=None,
-    hidden_visibility: str = "after_published",
-    student_from=None,
-    report=None,
+    grade_one: Callable[..., Row] | None = None,
 ) -> list[Row]:
-    """Grade every submission in paths; write the CSV (and feedback); return the rows.
-
-    Also, where asked: Gradescope's results.json per submission in `gradescope` (a folder;
-    the grader's extra cases at `hidden_visibility`), the class report at `report` (an
-    HTML file). `student_from`: a compiled pattern that finds the student in each path.
+    """Grade every submission in paths as `options` say; write its outputs; return the rows.
 
     The rows come back in submission order. A submission that runs past the limit while
     others are graded beside it (jobs > 1) is graded again alone once the rest are done.
-    `grade_submission(sub, timeout, cancel, tmp_root) -> Row` defaults to a worker process,
-    confined as `confinement` (sandbox.Confinement) says.
+    Progress and the summary go to `stream` (stderr). `grade_one(sub, timeout, cancel,
+    tmp_root) -> Row` grades one submission: by default dispatch.grade_one, a worker
+    process confined as options.confinement says.
     """
-    if grade_submission is None:
-        grade_submission = functools.partial(grade_one, confinement=confinement)
-    stream = sys.stderr if stream is None else stream
-    subs = find_submissions(paths, lesson, student_from)
-    columns = columns_for(subs)
-    names = feedback_names(subs)
-    gradescope_paths = results_paths(Path(gradescope), names) if gradescope is not None else {}
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if feedback is not None:
-        Path(feedback).mkdir(parents=True, exist_ok=True)
-    progress = Progress(len(subs), stream)
-    count = len(subs)
-    progress.say(
-        REPORT_MESSAGES["start"].format(
-            count=count, s="" if count == 1 else "s", jobs=jobs, limit=timeout
-        )
-    )
-    started = time.monotonic()
-    rows: list[Row] = []
-    fatal: list[BaseException] = []
-    cancel = threading.Event()
-    lock = threading.Condition()
+    options = options or GradeOptions()
+    if grade_one is None:
+        grade_one = functools.partial(dispatch.grade_one, confinement=options.confinement)
+    subs = find_submissions(paths, options.lesson, options.student_from)
+    progress = Progress(len(subs), sys.stderr if stream is None else stream)
+    outputs = outputs_for(subs, options, progress.say)
     handlers = _interrupt_handlers()  # put back at the end: Ctrl-C ignores them meanwhile
     # Every worker's folder is made in this one, which goes at the end whatever happens.
-    tmp_root = tempfile.mkdtemp(prefix="ddp-grade-batch-", dir=_short_tmp(confinement))
+    tmp_root = tempfile.mkdtemp(prefix="ddp-grade-batch-", dir=_short_tmp(options.confinement))
+    run = _Run(subs, options, outputs, progress, grade_one, tmp_root)
+    try:
+        run.grade_all()
+    except KeyboardInterrupt:
+        _ignore_interrupts()  # also when Ctrl-C came between the two phases
+        run.interrupted()
+        raise
+    finally:
+        shutil.rmtree(tmp_root, ignore_errors=True)
+        _restore_handlers(handlers)
+    return run.finish()
 
-    def finished(row: Row) -> None:
-        rows.append(row)
-        writer.write(row)  # an OSError here (disk full) ends the batch: see `fatal`
-        try:
-            if feedback is not None:
-                write_feedback(row, Path(feedback) / names[row.submission.name], timeout)
-            if gradescope is not None:
-                path = gradescope_paths[row.submission.name]
-                write_results(row, path, hidden_visibility)
-        except OSError as exc:
-            progress.say(
-                REPORT_MESSAGES["feedback_failed"].format(name=row.submission.name, error=exc)
+
+def outputs_for(subs: list[Submission], options: GradeOptions, warn) -> list[Output]:
+    """What the batch writes, the CSV first; folders are made now. warn(text): a warning."""
+    names = feedback_names(subs)
+    outputs: list[Output] = [GradesCsv(options.out, columns_for(subs))]
+    if options.feedback is not None:
+        outputs.append(FeedbackFiles(options.feedback, names, options.timeout, warn))
+    if options.gradescope is not None:
+        visibility = options.hidden_visibility
+        outputs.append(GradescopeResults(options.gradescope, names, visibility, warn))
+    if options.report is not None:
+        outputs.append(ClassReport(options.report, options.timeout))
+    return outputs
+
+
+class _Run:
+    """One run of grade(): threads grade the submissions N at a time with grade_one, each
+    final row goes to the outputs and the progress, and the batch ends, done or interrupted.
+
+    The threads take submissions from the Batch and settle their rows under one lock, until
+    none is left or `cancel` is set. An exception while settling (the CSV cannot be
+    written) cancels the rest and is raised by finish().
+    """
+
+    def __init__(self, subs, options: GradeOptions, outputs, progress, grade_one, tmp_root):
+        self.subs, self.options, self.outputs, self.progress = subs, options, outputs, progress
+        self.grade_one, self.tmp_root = grade_one, tmp_root
+        self.rows: list[Row] = []
+        self.batch = Batch(subs, self.finished)
+        self.cancel = threading.Event()
+        self.lock = threading.Condition()
+        self.fatal: list[BaseException] = []
+        self.started = time.monotonic()
+
+    def finished(self, row: Row) -> None:
+        """A final row: written by every output, shown by the progress."""
+        self.rows.append(row)
+        for output in self.outputs:
+            output.row_done(row)  # an OSError from the CSV (disk full) ends the batch
+        self.progress.finished(row)
+
+    def grade_all(self) -> None:
+        """The invalid rows, every other submission N at a time, then the held timeouts alone."""
+        count, options = len(self.subs), self.options
+        self.progress.say(
+            REPORT_MESSAGES["start"].format(
+                count=count, s="" if count == 1 else "s", jobs=options.jobs, limit=options.timeout
             )
-        progress.finished(row)
+        )
+        for sub in self.subs:  # invalid ones need no kernel: their rows come first
+            if sub.problem is not None:
+                self.finished(Row.invalid(sub))
+        self._run_threads(max(1, options.jobs))
+        if self.batch.held and not self.cancel.is_set():
+            again = self.batch.retry_alone()
+            self.progress.say(
+                MESSAGES["retrying"].format(
+                    count=again, s="" if again == 1 else "s", them="it" if again == 1 else "them"
+                )
+            )
+            self._run_threads(1)
 
-    batch = Batch(subs, finished)
+    def interrupted(self) -> None:
+        """After Ctrl-C: the first tries of held timeouts kept, the outputs finished."""
+        self.cancel.set()
+        self.batch.give_up_retries()
+        self._outputs_done()  # what was graded, reported
+        self.progress.done()
+        total, out = len(self.subs), self.options.out
+        self.progress.say(MESSAGES["interrupted"].format(done=len(self.rows), total=total, out=out))
 
-    def work():
-        while not cancel.is_set():
-            with lock:
-                sub = batch.take()
-                progress.running = len(batch.running)
-            if sub is None:
-                return
-            row = grade_submission(sub, timeout, cancel, tmp_root)
-            with lock:
-                try:
-                    if cancel.is_set():
-                        batch.running.pop(sub.name, None)
-                    else:
-                        batch.settle(row)
-                except BaseException as exc:  # noqa: BLE001 - reported by the main thread
-                    fatal.append(exc)
-                    cancel.set()
-                progress.running = len(batch.running)
-                lock.notify_all()
+    def finish(self) -> list[Row]:
+        """The outputs finished, the summary said; the rows in submission order."""
+        wall = time.monotonic() - self.started
+        wrote = self._outputs_done()
+        self.progress.done()
+        if self.fatal:
+            raise self.fatal[0]
+        for line in summary(self.rows, columns_for(self.subs), wall, self.options.jobs):
+            self.progress.say(line)
+        shown = "".join(f" · {w}" for w in wrote[1:])
+        self.progress.say(REPORT_MESSAGES["wrote"].format(out=wrote[0], feedback=shown))
+        return in_order(self.rows, self.subs)
 
-    def run_workers(count: int) -> None:
+    def _outputs_done(self) -> list[str]:
+        rows, wall = in_order(self.rows, self.subs), time.monotonic() - self.started
+        return [output.batch_done(rows, wall) for output in self.outputs]
+
+    def _run_threads(self, count: int) -> None:
+        """`count` threads until they are done; on Ctrl-C, cancel and wait for them."""
         threads: list[threading.Thread] = []
         try:
             for _ in range(count):
-                threads.append(threading.Thread(target=work, daemon=True))
+                threads.append(threading.Thread(target=self._work, daemon=True))
                 threads[-1].start()
             while any(t.is_alive() for t in threads):
-                with lock:
-                    lock.wait(timeout=1.0)
-                    progress.tick()
+                with self.lock:
+                    self.lock.wait(timeout=1.0)
+                    self.progress.tick()
         except KeyboardInterrupt:
             _ignore_interrupts()  # a second Ctrl-C must not cut the clean-up short
-            cancel.set()
+            self.cancel.set()
             for t in threads:
                 t.join()
             raise
 
-    try:
-        with CsvWriter(out, columns) as writer:
-            for sub in subs:  # invalid ones need no kernel: their rows come first
-                if sub.problem is not None:
-                    finished(Row.invalid(sub))
-            try:
-                run_workers(max(1, jobs))
-                if batch.held and not cancel.is_set():
-                    again = batch.retry_alone()
-                    progress.say(
-                        MESSAGES["retrying"].format(
-                            count=again,
-                            s="" if again == 1 else "s",
-                            them="it" if again == 1 else "them",
-                        )
-                    )
-                    run_workers(1)
-            except KeyboardInterrupt:
-                _ignore_interrupts()  # also when Ctrl-C came between the two phases
-                cancel.set()
-                batch.give_up_retries()
-                writer.finish(rows, subs)
-                if report is not None:  # what was graded, reported
-                    write_report(in_order(rows, subs), report, timeout, time.monotonic() - started)
-                progress.done()
-                progress.say(MESSAGES["interrupted"].format(done=len(rows), total=count, out=out))
-                raise
-            writer.finish(rows, subs)
-    finally:
-        shutil.rmtree(tmp_root, ignore_errors=True)
-        _restore_handlers(handlers)
-    if fatal:
-        raise fatal[0]
-    progress.done()
-    wall = time.monotonic() - started
-    if report is not None:
-        write_report(in_order(rows, subs), report, timeout, wall)
-    for line in summary(rows, columns, wall, jobs):
-        progress.say(line)
-    shown = f" · feedback: {feedback}/ ({len(rows)} files)" if feedback is not None else ""
-    if gradescope is not None:
-        shown += f" · Gradescope: {gradescope}/"
-    if report is not None:
-        shown += f" · class report: {report}"
-    progress.say(REPORT_MESSAGES["wrote"].format(out=out, feedback=shown))
-    return in_order(rows, subs)
+    def _work(self) -> None:
+        batch = self.batch
+        while not self.cancel.is_set():
+            with self.lock:
+                sub = batch.take()
+                self.progress.running = len(batch.running)
+            if sub is None:
+                return
+            row = self.grade_one(sub, self.options.timeout, self.cancel, self.tmp_root)
+            with self.lock:
+                try:
+                    if self.cancel.is_set():
+                        batch.running.pop(sub.name, None)
+                    else:
+                        batch.settle(row)
+                except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+                    self.fatal.append(exc)
+                    self.cancel.set()
+                self.progress.running = len(batch.running)
+                self.lock.notify_all()
 
 
 def _interrupt_handlers() -> dict:

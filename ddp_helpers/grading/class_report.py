@@ -1,125 +1,69 @@
 """The class report: what the class got right and wrong, as one static HTML file.
 
 Per exercise, the share of correct, wrong, not attempted, error and missing answers, and
-the named mistakes counted across the class. A mistake's name is the check's own message
-template that produced it (found by matching the message against the lesson's MESSAGES),
-so a new check's mistakes appear here without code of their own. The plots (pass rates,
-time per submission) are matplotlib PNGs embedded in the file: it opens offline.
+the mistakes counted across the class by their keys (each result carries its mistake's
+key; an error's is counted per exception), shown by their titles from the exercise's own
+MESSAGES (or the grader's), so a new check's mistakes appear here without code of their
+own. The plots (pass rates, time per submission) are matplotlib PNGs embedded in the
+file: it opens offline.
 """
 
 from __future__ import annotations
 
 import base64
 import html
-import importlib
 import io
-import os
-import re
-import string
 import time
 from collections import Counter
 from functools import cache
 from pathlib import Path
 
-from .results import Row, Status
+from ..exercises._core import MESSAGES as CHECK_MESSAGES
+from ..exercises._core import CheckStatus, Texts
+from ..i18n import messages
+from . import scorer
+from .files import replaced_whole
+from .results import STATUSES, ExerciseScore, Row, Status
 
-OUTCOMES = ("correct", "wrong", "not_attempted", "error", "missing")
+OUTCOMES = tuple(CheckStatus)
 COLORS = {
-    "correct": "#2e7d32",
-    "wrong": "#c62828",
-    "not_attempted": "#9e9e9e",
-    "error": "#ef6c00",
-    "missing": "#5c6bc0",
+    CheckStatus.CORRECT: "#2e7d32",
+    CheckStatus.WRONG: "#c62828",
+    CheckStatus.NOT_ATTEMPTED: "#9e9e9e",
+    CheckStatus.ERROR: "#ef6c00",
+    CheckStatus.MISSING: "#5c6bc0",
 }
-LABELS = {
-    "correct": "correct",
-    "wrong": "wrong",
-    "not_attempted": "not attempted",
-    "error": "error",
-    "missing": "missing",
-}
-_PREFIX = re.compile(
-    r"^\W*Exercise \d+\.\d+: [^.]*\.\s*", re.DOTALL
-)  # "❌ Exercise 4.2: not yet. "
+LABELS = CHECK_MESSAGES["status_names"]
 
-MESSAGES = {
-    "title": "Class report",
-    "raised": "raised {name}",
-    "missing_label": "not defined when the notebook ended",
-    "not_attempted_label": "the stub still raises NotImplementedError",
-    "other": "other: {text}",
-}
+MESSAGES = messages("grading.class_report", {"title": "Class report"})
 
 
 # ---------------------------------------------------------------- naming mistakes
 
 
 @cache
-def _templates(lesson: str) -> list[tuple[str, re.Pattern, int]]:
-    """(template, pattern, literal length) of every message a lesson's checks can give."""
-    from ..exercises import _core, module_name
-    from . import scorer
+def _texts(lesson: str) -> dict[str, Texts]:
+    """Each exercise of a lesson's text, by exercise id."""
+    from ..exercises import exercises_of
 
-    module = importlib.import_module(module_name(lesson))
-    found = []
-    for source in (getattr(module, "MESSAGES", {}), _core.MESSAGES, scorer.MESSAGES):
-        for text in source.values():
-            if isinstance(text, str):
-                pattern, literal = _pattern_of(text)
-                found.append((text, pattern, literal))
-    return found
+    return {ex.id: ex.texts for ex in exercises_of(lesson)}
 
 
-def _pattern_of(template: str) -> tuple[re.Pattern, int]:
-    parts, literal = [], 0
-    for text, field, _spec, _conv in string.Formatter().parse(template):
-        parts.append(re.escape(text))
-        literal += len(text)
-        if field is not None:
-            parts.append("(.+?)")
-    return re.compile("^" + "".join(parts) + "$", re.DOTALL), literal
-
-
-def label_of(template: str) -> str:
-    """A template as a mistake's name: its fields as '…'."""
-    out = []
-    for text, field, _spec, _conv in string.Formatter().parse(template):
-        out.append(text)
-        if field is not None:
-            out.append("…")
-    return "".join(out).strip()
-
-
-def mistake_of(lesson: str, status: str, message: str) -> str | None:
-    """The named mistake behind an exercise's result, or None for a correct one."""
-    from ..exercises import _core
-
-    if status == "correct":
-        return None
-    if status == "missing":
-        return MESSAGES["missing_label"]
-    if status == "not_attempted":
-        return MESSAGES["not_attempted_label"]
-    hidden = _core.MESSAGES["hidden"].split("{message}")[1]
-    detail = _PREFIX.sub("", message.removesuffix(hidden)).strip()
-    if status == "error":
-        raised = re.findall(r"^(\w+(?:\.\w+)*(?:Error|Exception|Interrupt|Exit))\b", detail, re.M)
-        if raised:
-            return MESSAGES["raised"].format(name=raised[-1])
-    best = None
-    for template, pattern, literal in _templates(lesson):
-        if pattern.match(detail) and (best is None or literal > best[1]):
-            best = (template, literal)
-    if best is None:
-        return MESSAGES["other"].format(text=detail.splitlines()[0][:80] if detail else status)
-    return label_of(best[0])
+def title_of(lesson: str, score: ExerciseScore) -> str:
+    """The title of an exercise's mistake: its check's, the core's, or the grader's."""
+    key = f"{score.mistake}.title"
+    texts = _texts(lesson).get(score.id) or Texts()
+    if key in texts:
+        return texts.text(key, **score.fields)
+    return scorer.MESSAGES[key].format(**score.fields)
 
 
 # ---------------------------------------------------------------- counting
 
 
 def tally(rows: list[Row]) -> dict:
-    """lesson -> exercise column -> {outcomes: Counter, mistakes: Counter, examples: {}}."""
+    """lesson -> exercise column -> {outcomes: Counter, mistakes: Counter of (key, title),
+    examples: {(key, title): a message}}."""
     out: dict[str, dict[str, dict]] = {}
     for row in rows:
         if row.status is Status.INVALID:
@@ -130,8 +74,8 @@ def tally(rows: list[Row]) -> dict:
                 ex.column, {"outcomes": Counter(), "mistakes": Counter(), "examples": {}}
             )
             entry["outcomes"][ex.status] += 1
-            mistake = mistake_of(lesson, ex.status, ex.message)
-            if mistake is not None:
+            if ex.mistake is not None:
+                mistake = (ex.mistake, title_of(lesson, ex))
                 entry["mistakes"][mistake] += 1
                 entry["examples"].setdefault(mistake, ex.message)
     return out
@@ -179,7 +123,8 @@ def plot_times(rows: list[Row], timeout: float) -> str:
     ax = fig.subplots()
     where = range(len(ran))
     run = [r.run_seconds for r in ran]
-    colors = [COLORS["correct"] if r.status is Status.OK else COLORS["error"] for r in ran]
+    ok, failed = COLORS[CheckStatus.CORRECT], COLORS[CheckStatus.ERROR]
+    colors = [ok if r.status is Status.OK else failed for r in ran]
     ax.bar(where, run, color=colors, label="notebook (orange: timeout or error)")
     checks = [r.score_seconds or 0 for r in ran]
     ax.bar(where, checks, bottom=run, color="#90a4ae", label="checks")
@@ -223,51 +168,66 @@ def render(rows: list[Row], timeout: float, wall: float) -> str:
         '<p class="meta">'
         + e(
             f"{len(rows)} submissions · "
-            + " · ".join(f"{s} {counts.get(s, 0)}" for s in ("ok", "timeout", "error", "invalid"))
+            + " · ".join(f"{s} {counts.get(s, 0)}" for s in STATUSES)
             + f" · graded in {wall:.0f} s on {time.strftime('%Y-%m-%d %H:%M')}"
         )
         + "</p>",
     ]
     for lesson in lessons:
-        table = tallied.get(lesson, {})
         n = sum(1 for r in ran if r.submission.lesson == lesson)
-        out.append(f"<h2>Lesson {e(lesson)} ({n} submission{'' if n == 1 else 's'} that ran)</h2>")
-        out.append(
-            f'<img alt="Share of each outcome per exercise, lesson {e(lesson)}" '
-            f'src="{plot_outcomes(table)}">'
-        )
-        out.append("<table><tr><th>exercise</th>")
-        out += [f"<th>{LABELS[o]}</th>" for o in OUTCOMES]
-        out.append("</tr>")
-        for column, entry in table.items():
-            total = max(1, sum(entry["outcomes"].values()))
-            out.append(f"<tr><td>{e(column)}</td>")
-            for o in OUTCOMES:
-                k = entry["outcomes"][o]
-                out.append(
-                    f'<td class="n">{k} <span class="bar" style="width:{60 * k / total:.0f}px;'
-                    f'background:{COLORS[o]}"></span> {100 * k / total:.0f}%</td>'
-                )
-            out.append("</tr>")
-        out.append("</table>")
-        for column, entry in table.items():
-            if not entry["mistakes"]:
-                continue
-            total = sum(entry["outcomes"].values())
-            out.append(f"<h3>{e(column)}: what went wrong</h3><ul class='mistakes'>")
-            for mistake, k in entry["mistakes"].most_common():
-                example = entry["examples"][mistake]
-                out.append(
-                    f"<li><b>{k} of {total}</b>: {e(mistake)}<details><summary>an example"
-                    f"</summary><pre>{e(example)}</pre></details></li>"
-                )
-            out.append("</ul>")
+        out += _lesson_section(lesson, n, tallied.get(lesson, {}))
     if ran:
         out.append("<h2>Time per submission</h2>")
         out.append(
             f'<img alt="Seconds each submission took to grade" src="{plot_times(rows, timeout)}">'
         )
-    out.append("<h2>Submissions</h2><table><tr>")
+    out += _submissions_table(rows)
+    out.append("</body></html>")
+    return "\n".join(out)
+
+
+def _lesson_section(lesson: str, n: int, table: dict) -> list[str]:
+    """A lesson's plot and table of outcomes per exercise, then each exercise's mistakes."""
+    e = html.escape
+    out = [f"<h2>Lesson {e(lesson)} ({n} submission{'' if n == 1 else 's'} that ran)</h2>"]
+    out.append(
+        f'<img alt="Share of each outcome per exercise, lesson {e(lesson)}" '
+        f'src="{plot_outcomes(table)}">'
+    )
+    out.append("<table><tr><th>exercise</th>")
+    out += [f"<th>{LABELS[o]}</th>" for o in OUTCOMES]
+    out.append("</tr>")
+    for column, entry in table.items():
+        total = max(1, sum(entry["outcomes"].values()))
+        out.append(f"<tr><td>{e(column)}</td>")
+        for o in OUTCOMES:
+            k = entry["outcomes"][o]
+            out.append(
+                f'<td class="n">{k} <span class="bar" style="width:{60 * k / total:.0f}px;'
+                f'background:{COLORS[o]}"></span> {100 * k / total:.0f}%</td>'
+            )
+        out.append("</tr>")
+    out.append("</table>")
+    for column, entry in table.items():
+        if not entry["mistakes"]:
+            continue
+        total = sum(entry["outcomes"].values())
+        out.append(f"<h3>{e(column)}: what went wrong</h3><ul class='mistakes'>")
+        for (key, title), k in entry["mistakes"].most_common():
+            example = entry["examples"][key, title]
+            out.append(
+                f'<li data-mistake="{e(key)}"><b>{k} of {total}</b>: {e(title)} '
+                f"<code>{e(key)}</code><details><summary>an example"
+                f"</summary><pre>{e(example)}</pre></details></li>"
+            )
+        out.append("</ul>")
+    return out
+
+
+def _submissions_table(rows: list[Row]) -> list[str]:
+    """Every submission with its student, status, points and time."""
+    e = html.escape
+    out = ["<h2>Submissions</h2><table><tr>"]
     out += [f"<th>{h}</th>" for h in ("student", "submission", "status", "points", "seconds")]
     out.append("</tr>")
     for r in rows:
@@ -280,15 +240,14 @@ def render(rows: list[Row], timeout: float, wall: float) -> str:
             f"{r.seconds:.1f}",
         )
         out.append("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in cells) + "</tr>")
-    out.append("</table></body></html>")
-    return "\n".join(out)
+    out.append("</table>")
+    return out
 
 
 def write_report(rows: list[Row], path, timeout: float, wall: float) -> Path:
     """Write the report (made whole, then moved into place)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(render(rows, timeout, wall), encoding="utf-8")
-    os.replace(tmp, path)
+    with replaced_whole(path, encoding="utf-8") as f:
+        f.write(render(rows, timeout, wall))
     return path

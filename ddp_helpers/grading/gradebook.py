@@ -11,8 +11,8 @@ stops the merge.
 from __future__ import annotations
 
 import csv
-import os
-from pathlib import Path
+
+from .files import replaced_whole
 
 MESSAGES = {
     "no_key": (
@@ -47,6 +47,38 @@ def merge(
     stream=None,
 ) -> int:
     """Write out: gradebook with the points of grades in column. Returns learners merged."""
+    by_student, nameless = _graded_by_student(grades, lesson)
+    header, body = _read_gradebook(gradebook, key, column)
+    k, c = header.index(key), header.index(column)
+    merged = set()
+    for row in body:
+        row += [""] * (len(header) - len(row))
+        found = by_student.get(row[k].strip().casefold())
+        if found and row[k].strip():
+            row[c] = found[0]["points"]
+            merged.add(row[k].strip().casefold())
+    with replaced_whole(out, newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        writer.writerows(body)
+    missing = [rows[0]["student"] for s, rows in by_student.items() if s not in merged]
+    if stream is not None:
+        if missing:
+            print(MESSAGES["unmatched"].format(students=", ".join(sorted(missing))), file=stream)
+        if nameless:
+            print(
+                MESSAGES["empty"].format(count=len(nameless), names=", ".join(nameless)),
+                file=stream,
+            )
+        print(MESSAGES["wrote"].format(out=out, merged=len(merged), column=column), file=stream)
+    return len(merged)
+
+
+def _graded_by_student(grades: str, lesson: str | None) -> tuple[dict, list[str]]:
+    """grades.csv's rows (of `lesson`) by student, casefolded; the submissions with none.
+
+    A student graded twice is a MergeError: which of the two counts is not for us to guess.
+    """
     with open(grades, newline="", encoding="utf-8") as f:
         graded = list(csv.DictReader(f))
     if graded and "student" not in graded[0]:
@@ -71,6 +103,11 @@ def merge(
                     names=", ".join(r["submission"] for r in rows),
                 )
             )
+    return by_student, nameless
+
+
+def _read_gradebook(gradebook: str, key: str, column: str) -> tuple[list[str], list[list[str]]]:
+    """The export's header and rows, with `column` added (empty) if it has none."""
     with open(gradebook, newline="", encoding="utf-8-sig") as f:
         reader = csv.reader(f)
         header = next(reader, [])
@@ -82,28 +119,4 @@ def merge(
     if column not in header:
         header.append(column)
         body = [row + [""] for row in body]
-    k, c = header.index(key), header.index(column)
-    merged = set()
-    for row in body:
-        row += [""] * (len(header) - len(row))
-        found = by_student.get(row[k].strip().casefold())
-        if found and row[k].strip():
-            row[c] = found[0]["points"]
-            merged.add(row[k].strip().casefold())
-    tmp = Path(out).with_name(Path(out).name + ".tmp")
-    with open(tmp, "w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(header)
-        writer.writerows(body)
-    os.replace(tmp, out)
-    missing = [rows[0]["student"] for s, rows in by_student.items() if s not in merged]
-    if stream is not None:
-        if missing:
-            print(MESSAGES["unmatched"].format(students=", ".join(sorted(missing))), file=stream)
-        if nameless:
-            print(
-                MESSAGES["empty"].format(count=len(nameless), names=", ".join(nameless)),
-                file=stream,
-            )
-        print(MESSAGES["wrote"].format(out=out, merged=len(merged), column=column), file=stream)
-    return len(merged)
+    return header, body

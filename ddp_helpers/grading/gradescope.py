@@ -1,103 +1,57 @@
 """Gradescope's results.json for each submission (its autograder specification).
 
 Each exercise is a test worth its points, with the check's message and hint as the
-learner's own check shows them. An exercise with the grader's extra cases gets a second
-test of 0 points for them, at the visibility the instructor chooses (by default shown
-once grades are published); until then the exercise's own test says only that the extra
-cases decided it. Their code is never in any output. A notebook that did not run to its
-end (timeout, crash, a limit) gets a failed "Notebook" test that says what happened.
+learner's own check shows them, and the mistake's key in its `extra_data`. An exercise
+with the grader's extra cases gets a second test of 0 points for them, at the visibility
+the instructor chooses (by default shown once grades are published); until then the
+exercise's own test says only that the extra cases decided it. Their code is never in any
+output. A notebook that did not run to its end (timeout, crash, a limit) gets a failed
+"Notebook" test that says what happened.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
+from .. import i18n
+from ..exercises._core import CheckStatus, Hidden
+from ..i18n import messages
+from .files import replaced_whole
 from .results import Row, Status
 
 VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")
 
-MESSAGES = {
-    "output": "Lesson {lesson}: {points} of {max_points} points. Status: {status}.",
-    "invalid": "This file could not be graded: {problem}",
-    "notebook": "Notebook",
-    "submission": "Submission",
-    "extra": "{id} {name}: the grader's extra cases",
-    "decided_by_extra": (
-        "The check in the notebook passes, but the grader's extra cases found a problem; "
-        "they are shown when grades are published."
-    ),
-}
+MESSAGES = messages(
+    "grading.gradescope",
+    {
+        "output": "Lesson {lesson}: {points} of {max_points} points. Status: {status}.",
+        "invalid": "This file could not be graded: {problem}",
+        "notebook": "Notebook",
+        "submission": "Submission",
+        "extra": "{id} {name}: the grader's extra cases",
+        "decided_by_extra": (
+            "The check in the notebook passes, but the grader's extra cases found a problem; "
+            "they are shown when grades are published."
+        ),
+    },
+)
 
 
 def results_json(row: Row, hidden_visibility: str = "after_published") -> dict:
-    """The results.json of one graded row."""
-    from .reports import MESSAGES as REPORT_MESSAGES
+    """The results.json of one graded row, in the submission's language."""
+    with i18n.using(row.submission.language):
+        return _results_json(row, hidden_visibility)
 
+
+def _results_json(row: Row, hidden_visibility: str) -> dict:
     sub = row.submission
     seconds = round(row.seconds, 1)
     if row.status is Status.INVALID:
-        problem = sub.problem or ""
-        return {
-            "score": 0.0,
-            "execution_time": seconds,
-            "output": MESSAGES["invalid"].format(problem=problem),
-            "tests": [
-                {
-                    "name": MESSAGES["submission"],
-                    "score": 0.0,
-                    "max_score": 0.0,
-                    "status": "failed",
-                    "output": problem,
-                    "visibility": "visible",
-                }
-            ],
-        }
-    tests = []
-    for ex in row.exercises:
-        extra_failed = ex.hidden == "failed"
-        output = MESSAGES["decided_by_extra"] if extra_failed else ex.message
-        if ex.hint and not extra_failed:
-            output += "\n\n" + REPORT_MESSAGES["feedback"]["hint"].format(hint=ex.hint)
-        tests.append(
-            {
-                "name": ex.column,
-                "number": ex.id,
-                "score": float(ex.points),
-                "max_score": float(ex.max),
-                "status": "passed" if ex.status == "correct" else "failed",
-                "output": output,
-                "visibility": "visible",
-            }
-        )
-        if ex.hidden is not None:
-            tests.append(
-                {
-                    "name": MESSAGES["extra"].format(id=ex.id, name=ex.name),
-                    "score": 0.0,
-                    "max_score": 0.0,
-                    "status": ex.hidden,
-                    "output": ex.message if extra_failed else "",
-                    "visibility": hidden_visibility,
-                }
-            )
-    happened = [e for e in row.events if e.kind != "cell_error"]
+        return _invalid_results(sub.problem or "", seconds)
+    tests = [t for ex in row.exercises for t in _exercise_tests(ex, hidden_visibility)]
     if row.status is not Status.OK:
-        text = [REPORT_MESSAGES["feedback"]["status"][row.status.value]]
-        for e in happened:
-            text.append(e.text + (f"\n\n{e.detail}" if e.detail else ""))
-        tests.insert(
-            0,
-            {
-                "name": MESSAGES["notebook"],
-                "score": 0.0,
-                "max_score": 0.0,
-                "status": "failed",
-                "output": "\n\n".join(text),
-                "visibility": "visible",
-            },
-        )
+        tests.insert(0, _notebook_test(row))
     return {
         "score": float(row.points),
         "execution_time": seconds,
@@ -111,12 +65,85 @@ def results_json(row: Row, hidden_visibility: str = "after_published") -> dict:
     }
 
 
+def _invalid_results(problem: str, seconds: float) -> dict:
+    """The results.json of a file that could not be graded: 0 points, and why."""
+    return {
+        "score": 0.0,
+        "execution_time": seconds,
+        "output": MESSAGES["invalid"].format(problem=problem),
+        "tests": [
+            {
+                "name": MESSAGES["submission"],
+                "score": 0.0,
+                "max_score": 0.0,
+                "status": "failed",
+                "output": problem,
+                "visibility": "visible",
+            }
+        ],
+    }
+
+
+def _exercise_tests(ex, hidden_visibility: str) -> list[dict]:
+    """An exercise's test, worth its points; then a test of 0 points for its extra cases."""
+    from .reports import FEEDBACK
+
+    extra_failed = ex.hidden is Hidden.FAILED
+    output = MESSAGES["decided_by_extra"] if extra_failed else ex.message
+    if ex.hint and not extra_failed:
+        output += "\n\n" + FEEDBACK["hint"].format(hint=ex.hint)
+    tests = [
+        {
+            "name": ex.column,
+            "number": ex.id,
+            "score": float(ex.points),
+            "max_score": float(ex.max),
+            "status": "passed" if ex.status is CheckStatus.CORRECT else "failed",
+            "output": output,
+            "visibility": "visible",
+            # The mistake's key (the CSV's too), for a script reading the results; until
+            # grades are published, the extra cases' own is not told.
+            "extra_data": {"mistake": None if extra_failed else ex.mistake},
+        }
+    ]
+    if ex.hidden is not None:
+        tests.append(
+            {
+                "name": MESSAGES["extra"].format(id=ex.id, name=ex.name),
+                "score": 0.0,
+                "max_score": 0.0,
+                "status": ex.hidden,
+                "output": ex.message if extra_failed else "",
+                "visibility": hidden_visibility,
+                "extra_data": {"mistake": ex.mistake if extra_failed else None},
+            }
+        )
+    return tests
+
+
+def _notebook_test(row: Row) -> dict:
+    """The failed "Notebook" test of a notebook that did not run to its end: what happened."""
+    from .reports import FEEDBACK
+
+    text = [FEEDBACK["status"][row.status.value]]
+    for e in row.events:
+        if e.kind != "cell_error":
+            text.append(e.text + (f"\n\n{e.detail}" if e.detail else ""))
+    return {
+        "name": MESSAGES["notebook"],
+        "score": 0.0,
+        "max_score": 0.0,
+        "status": "failed",
+        "output": "\n\n".join(text),
+        "visibility": "visible",
+    }
+
+
 def write_results(row: Row, path: Path, hidden_visibility: str = "after_published") -> Path:
     """Write results.json at path (made whole, then moved into place)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(results_json(row, hidden_visibility), indent=2), encoding="utf-8")
-    os.replace(tmp, path)
+    with replaced_whole(path, encoding="utf-8") as f:
+        f.write(json.dumps(results_json(row, hidden_visibility), indent=2))
     return path
 
 

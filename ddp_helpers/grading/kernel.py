@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 
-from ..procs import describe_exit
+from ..procs import describe_exit, stop_tree, supervise
 
 INTERRUPT_GRACE = 5.0  # after the limit: time for the interrupt's traceback to arrive
 
@@ -46,7 +46,8 @@ class Kernel:
     """A fresh IPython kernel in its own session, driven over the Jupyter protocol."""
 
     def __init__(self, workdir: str, env: dict, cage=None):
-        """`cage` (sandbox.Cage): the kernel runs inside it, and is watched on every tick."""
+        """`env`: the kernel's whole environment (sandbox.Cage.env). `cage` (sandbox.Cage):
+        the kernel runs inside it, and is watched on every tick."""
         from jupyter_client import BlockingKernelClient
         from jupyter_client.connect import write_connection_file
 
@@ -65,7 +66,7 @@ class Kernel:
         argv = [sys.executable, "-m", "ipykernel_launcher", "-f", self.connection_file]
         cwd = os.path.join(workdir, "cwd")
         if cage is not None:
-            argv, env = cage.command(argv, cwd), cage.env(env)
+            argv = cage.command(argv, cwd)
         self.proc = start_logged(argv, cwd, env, self.log_path)
         self.client = BlockingKernelClient()
         self.client.load_connection_file(self.connection_file)
@@ -134,24 +135,28 @@ class Kernel:
         return errors[0] if errors else None
 
     def _wait_idle(self, msg_id: str, deadline: float, errors: list) -> None:
-        while True:
-            if self.cage is not None:
-                self.cage.watch()  # over its task limit, everything it started is stopped
-            if self.proc.poll() is not None:
-                raise KernelDied(self._how_it_died())
-            if time.monotonic() > deadline:
-                raise TimeoutError(msg_id)
+        """Until msg_id's execution is idle, its errors into `errors`; else KernelDied,
+        TimeoutError. A cage is watched on every tick: over its task limit, everything it
+        started is stopped."""
+
+        def idle(wait: float) -> bool:
             try:
-                msg = self.client.get_iopub_msg(timeout=0.1)
+                msg = self.client.get_iopub_msg(timeout=wait)
             except queue.Empty:
-                continue
+                return False
             if msg["parent_header"].get("msg_id") != msg_id:
-                continue
+                return False
             kind, content = msg["msg_type"], msg["content"]
             if kind == "error":
                 errors.append(content)
-            elif kind == "status" and content["execution_state"] == "idle":
-                return
+            return kind == "status" and content["execution_state"] == "idle"
+
+        watch = self.cage.watch if self.cage is not None else None
+        ended = supervise(self.proc, idle, lambda: deadline, watch, tick=0.1)
+        if ended == "exited":
+            raise KernelDied(self._how_it_died())
+        if ended == "late":
+            raise TimeoutError(msg_id)
 
     def _how_it_died(self) -> str:
         code = self.proc.returncode
@@ -183,10 +188,7 @@ class Kernel:
     def stop(self) -> None:
         with contextlib.suppress(Exception):
             self.client.stop_channels()
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        with contextlib.suppress(Exception):
-            self.proc.wait(timeout=10)
+        stop_tree(self.proc)
 
 
 def error_text(error: dict) -> str:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import os
 import re
 import time
 from pathlib import Path
 
+from .. import i18n
+from ..exercises._core import MESSAGES as CHECK_MESSAGES
+from ..exercises._core import CheckStatus
+from ..i18n import messages
+from .files import replaced_whole
 from .results import STATUSES, Row, Status, Submission
 
 # Instructor- and learner-facing text of this module, in one place for translation.
@@ -24,7 +27,12 @@ MESSAGES = {
     "summary_mean": "  {column:<32} {mean:.2f} of {max}  (n={n})",
     "wrote": "grades: {out}{feedback}",
     "feedback_failed": "warning: could not write the feedback of {name}: {error}",
-    "feedback": {
+}
+
+# What the learner reads (the feedback file, Gradescope): in the submission's language.
+FEEDBACK = messages(
+    "grading.feedback",
+    {
         "title": "# Feedback: `{name}`",
         "invalid": "**Status: invalid.** This file could not be graded.",
         "score": (
@@ -45,9 +53,15 @@ MESSAGES = {
         "more_errors": "(and {count} more)",
         "times": "Times: notebook {run:.1f} s, checks {checks:.1f} s.",
     },
-}
+)
 
-_MARK = {"correct": "✅", "wrong": "❌", "error": "💥", "not_attempted": "⏳", "missing": "❔"}
+_MARK = {
+    CheckStatus.CORRECT: "✅",
+    CheckStatus.WRONG: "❌",
+    CheckStatus.ERROR: "💥",
+    CheckStatus.NOT_ATTEMPTED: "⏳",
+    CheckStatus.MISSING: "❔",
+}
 
 
 def in_order(rows: list[Row], subs: list[Submission]) -> list[Row]:
@@ -59,58 +73,34 @@ def in_order(rows: list[Row], subs: list[Submission]) -> list[Row]:
 # ---------------------------------------------------------------- the CSV
 
 
+# After the points of every exercise, so that each column before them stays where it was.
+MISTAKE_COLUMN = "{column} mistake"
+
+
 def csv_header(columns: list[tuple[str, str]]) -> list[str]:
+    names = [n for _, n in columns]
     return ["submission", "student", "lesson", "status", "points", "max_points"] + [
-        n for _, n in columns
+        *names,
+        *(MISTAKE_COLUMN.format(column=n) for n in names),
     ]
 
 
 def csv_cells(row: Row, columns: list[tuple[str, str]]) -> list:
-    """A row of grades.csv: the fixed columns, then the points of each exercise column."""
-    earned = {e.column: e.points for e in row.exercises}
+    """A row of grades.csv: the fixed columns, the points of each exercise column, then
+    each exercise's mistake key (empty when correct)."""
     graded = row.status is not Status.INVALID
-    return [
+    earned = {e.column: e.points for e in row.exercises} if graded else {}
+    mistakes = {e.column: e.mistake or "" for e in row.exercises} if graded else {}
+    fixed = [
         row.submission.name,
         row.submission.student,
         row.submission.lesson or "",
         row.status.value,
         row.points,
         row.max_points if row.max_points is not None else "",
-    ] + [earned.get(name, "") if graded else "" for _, name in columns]
-
-
-class CsvWriter:
-    """grades.csv: a row as each submission finishes, in submission order at the end."""
-
-    def __init__(self, path: Path, columns):
-        self.path = Path(path)
-        self.columns = columns
-
-    def __enter__(self):
-        self.file = open(self.path, "w", newline="", encoding="utf-8")  # noqa: SIM115
-        self.csv = csv.writer(self.file)
-        self.csv.writerow(csv_header(self.columns))
-        self.file.flush()
-        return self
-
-    def __exit__(self, *exc):
-        if not self.file.closed:
-            self.file.close()
-
-    def write(self, row: Row) -> None:
-        self.csv.writerow(csv_cells(row, self.columns))
-        self.file.flush()
-
-    def finish(self, rows: list[Row], subs: list[Submission]) -> None:
-        """Rewrite the file in submission order (atomically: a crash keeps the rows so far)."""
-        self.file.close()
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "w", newline="", encoding="utf-8") as f:
-            out = csv.writer(f)
-            out.writerow(csv_header(self.columns))
-            for row in in_order(rows, subs):
-                out.writerow(csv_cells(row, self.columns))
-        os.replace(tmp, self.path)
+    ]
+    names = [name for _, name in columns]
+    return fixed + [earned.get(n, "") for n in names] + [mistakes.get(n, "") for n in names]
 
 
 # ---------------------------------------------------------------- the summary and progress
@@ -228,17 +218,20 @@ def feedback_names(subs: list[Submission]) -> dict[str, str]:
 
 
 def write_feedback(row: Row, path: Path, timeout: float) -> Path:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(feedback_markdown(row, timeout), encoding="utf-8")
-    os.replace(tmp, path)
+    with replaced_whole(path, encoding="utf-8") as f:
+        f.write(feedback_markdown(row, timeout))
     return path
 
 
 def feedback_markdown(row: Row, timeout: float) -> str:
-    """The learner's feedback: score, each exercise's message and hint, what happened."""
-    from ..exercises._core import MESSAGES as CHECK_MESSAGES
+    """The learner's feedback, in the submission's language: score, each exercise's message
+    and hint, what happened."""
+    with i18n.using(row.submission.language):
+        return _feedback_markdown(row, timeout)
 
-    text, sub = MESSAGES["feedback"], row.submission
+
+def _feedback_markdown(row: Row, timeout: float) -> str:
+    text, sub = FEEDBACK, row.submission
     out = [text["title"].format(name=sub.name), ""]
     if row.status is Status.INVALID:
         out += [text["invalid"], "", sub.problem or "", ""]
@@ -262,7 +255,7 @@ def feedback_markdown(row: Row, timeout: float) -> str:
     for ex in row.exercises:
         out.append(
             f"| {ex.id} `{ex.name}` | {ex.points} / {ex.max} | "
-            f"{_MARK.get(ex.status, '')} {names.get(ex.status, ex.status)} |"
+            f"{_MARK[ex.status]} {names[ex.status]} |"
         )
     out.append("")
     for ex in row.exercises:

@@ -6,6 +6,8 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from ..exercises._core import CheckStatus, Hidden
+
 
 class Status(StrEnum):
     """A submission's status in the CSV."""
@@ -28,6 +30,7 @@ class Submission:
     lesson: str | None = None
     problem: str | None = None  # why it is invalid
     student: str = ""  # from its path: the learner's folder, or --student-from
+    language: str = "en"  # its metadata's: its feedback and check messages are in it
 
 
 @dataclass(frozen=True)
@@ -37,14 +40,22 @@ class ExerciseScore:
     id: str
     name: str
     max: int
-    status: str  # correct, wrong, error, not_attempted or missing (exercises/_core.py)
+    status: CheckStatus
     message: str = ""
     hint: str | None = None
-    hidden: str | None = None  # the grader's extra cases: passed, failed, or None (not run)
+    hidden: Hidden | None = None  # None: the grader's extra cases did not run
+    mistake: str | None = None  # its key (the exercise's MESSAGES), None when correct
+    fields: dict[str, str] = field(default_factory=dict)  # those the mistake's title names
+
+    def __post_init__(self):
+        # Read back from JSON (the scorer's lines, the worker's outcome) as plain words.
+        object.__setattr__(self, "status", CheckStatus(self.status))
+        if self.hidden is not None:
+            object.__setattr__(self, "hidden", Hidden(self.hidden))
 
     @property
     def points(self) -> int:
-        return self.max if self.status == "correct" else 0
+        return self.max if self.status is CheckStatus.CORRECT else 0
 
     @property
     def column(self) -> str:

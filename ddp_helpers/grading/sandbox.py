@@ -1,6 +1,12 @@
-"""Each submission confined: bubblewrap's namespaces, and limits on memory and tasks.
+"""Each submission confined: a clean environment, bubblewrap's namespaces, and limits.
 
-With `--sandbox`, a submission's kernel, ranks and checks run inside bubblewrap (bwrap):
+Every submission's kernel, ranks and checks start from an allow-listed environment (the
+section "the environment" below), with or without the sandbox: an instructor's tokens
+never reach a notebook, and so never its feedback.
+
+The sandbox is the default where bubblewrap can run here (probed once); `--sandbox` asks
+for it whatever the cost, `--no-sandbox` does without it. In the sandbox, a submission's
+kernel, ranks and checks run inside bubblewrap (bwrap):
 a network namespace with only loopback, a PID namespace, no capabilities, the course's
 package and the Python environment read-only, its own temporary folder as home and
 working directory (and a private /tmp), nothing else of the file system, and death with
@@ -14,6 +20,7 @@ often can), or else through RLIMIT_DATA per process and a watch that counts the 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import shutil
@@ -21,6 +28,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -28,19 +36,49 @@ PACKAGE = Path(__file__).resolve().parents[1]  # ddp_helpers/, the course's own 
 CGROUP = Path("/sys/fs/cgroup")
 DEFAULT_TASKS = 512  # processes and threads: a 2-rank lesson uses about 100
 
+_INSTALL = (
+    "(Debian and Ubuntu: `sudo apt-get install bubblewrap`; Fedora: `sudo dnf install "
+    "bubblewrap`; Arch: `sudo pacman -S bubblewrap`)"
+)
+_ALLOW = (
+    "(`sudo sysctl kernel.unprivileged_userns_clone=1`; on Ubuntu 24.04 and later also "
+    "`sudo sysctl kernel.apparmor_restrict_unprivileged_userns=0`)"
+)
+_WITHOUT = (
+    "Grading without the sandbox (each notebook still gets a clean environment and the limits): "
+)
 MESSAGES = {
     "no_bwrap": (
         "--sandbox needs bubblewrap (the `bwrap` command), which is not installed. Install "
-        "it (Debian and Ubuntu: `sudo apt-get install bubblewrap`; Fedora: `sudo dnf "
-        "install bubblewrap`; Arch: `sudo pacman -S bubblewrap`) and run the command again, "
-        "or leave out --sandbox for submissions you trust. Nothing was graded."
+        f"it {_INSTALL} and run the command again, or give --no-sandbox to grade "
+        "submissions you trust without it. Nothing was graded."
     ),
     "no_namespaces": (
         "--sandbox could not start bubblewrap here ({error}): this machine does not let "
-        "this user create namespaces. Allow unprivileged user namespaces (`sudo sysctl "
-        "kernel.unprivileged_userns_clone=1`; on Ubuntu 24.04 and later also `sudo sysctl "
-        "kernel.apparmor_restrict_unprivileged_userns=0`), or run the grader as root, or in "
-        "a container started with --privileged. Nothing was graded."
+        f"this user create namespaces. Allow unprivileged user namespaces {_ALLOW}, or run "
+        "the grader as root, or in a container started with --privileged. Nothing was graded."
+    ),
+    # The default, when the sandbox cannot run: one sentence, the first line of the output.
+    "fallback_no_bwrap": (
+        _WITHOUT + "bubblewrap (`bwrap`) is not installed; install it for the sandbox "
+        f"{_INSTALL}, or give --no-sandbox to grade without it and without this note."
+    ),
+    "fallback_no_namespaces": (
+        _WITHOUT + "bubblewrap cannot create namespaces here ({error}); allow unprivileged "
+        f"user namespaces for the sandbox {_ALLOW}, or give --no-sandbox to grade without it "
+        "and without this note."
+    ),
+    "pass_env_name": (
+        "--pass-env takes the name of an environment variable (letters, digits and _); "
+        "got {value!r}."
+    ),
+    "pass_env_unset": (
+        "--pass-env {name}: {name} is not set here, so the notebooks would not get it; set "
+        "it (`export {name}=...`) or leave out --pass-env {name}. Nothing was graded."
+    ),
+    "pass_env_own": (
+        "--pass-env {name}: the grader gives every submission a {name} of its own ({why}), "
+        "so it cannot be passed. Nothing was graded."
     ),
     "bad_size": (
         "--memory takes a size such as 4G, 512M or 2000000000 (bytes), at least 256M; "
@@ -92,30 +130,59 @@ class Confinement:
     tasks: int = DEFAULT_TASKS  # processes and threads
     threads: int = 1  # OMP/MKL threads per process
     mechanism: str = "rlimit"  # how the limits are held: cgroup2, cgroup1 or rlimit
+    pass_env: tuple[str, ...] = ()  # the grader's variables passed beyond the allow-list
 
     def to_json(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_json(cls, data: dict) -> Confinement:
-        return cls(**data)
+        return cls(**dict(data, pass_env=tuple(data.get("pass_env", ()))))
 
 
-def choose(sandbox: bool, memory: int | None, tasks: int | None, threads: int = 1) -> Confinement:
-    """The confinement asked for, checked now: a SandboxError before anything is graded."""
+def choose(
+    sandbox: bool | None,
+    memory: int | None,
+    tasks: int | None,
+    threads: int = 1,
+    pass_env: Iterable[str] = (),
+) -> Confinement:
+    """The confinement asked for, checked now: a SandboxError or ValueError before anything
+    is graded. sandbox=None: the sandbox where it can run here (else fallback_note() says
+    why not); True: the sandbox or a SandboxError; False: no sandbox."""
     if tasks is not None and tasks < 16:
         raise ValueError(MESSAGES["bad_tasks"].format(value=tasks))
-    if sandbox:
-        _check_bwrap()
+    pass_env = tuple(dict.fromkeys(pass_env))
+    check_passed(pass_env, os.environ)
+    problem = bwrap_problem() if sandbox is not False else None
+    if sandbox and problem is not None:
+        kind, error = problem
+        raise SandboxError(MESSAGES[kind].format(error=error))
     forced = os.environ.get("DDP_HELPERS_LIMITS")  # tests and troubleshooting only
     mechanism = forced or next((m for m in ("cgroup2", "cgroup1") if _cgroup_usable(m)), "rlimit")
-    return Confinement(sandbox, memory, tasks or DEFAULT_TASKS, threads, mechanism)
+    boxed = sandbox is not False and problem is None
+    return Confinement(boxed, memory, tasks or DEFAULT_TASKS, threads, mechanism, pass_env)
 
 
-def _check_bwrap() -> None:
+def sandbox_from_env(value: str | None) -> bool | None:
+    """DDP_HELPERS_SANDBOX as --sandbox's default: 1 is --sandbox, 0 is --no-sandbox, unset
+    (or 'auto') is the sandbox where it can run."""
+    value = (value or "").strip().lower()
+    if value in ("", "auto"):
+        return None
+    return value not in ("0", "false", "no", "off")
+
+
+@functools.cache
+def bwrap_problem() -> tuple[str, str] | None:
+    """Why bubblewrap cannot run here, as (message key, its error), or None if it can.
+
+    Probed once per process, by running `true` in every namespace the sandbox uses (a few
+    milliseconds); the `bwrap` on PATH is the one probed, so a test can put another first.
+    """
     bwrap = shutil.which("bwrap")
     if bwrap is None:
-        raise SandboxError(MESSAGES["no_bwrap"])
+        return "no_bwrap", ""
     probe = subprocess.run(
         [bwrap, "--ro-bind", "/", "/", "--unshare-all", "--cap-drop", "ALL", "true"],
         capture_output=True,
@@ -123,7 +190,103 @@ def _check_bwrap() -> None:
     )
     if probe.returncode != 0:
         error = (probe.stderr.strip().splitlines() or [f"exit code {probe.returncode}"])[-1]
-        raise SandboxError(MESSAGES["no_namespaces"].format(error=error))
+        return "no_namespaces", error
+    return None
+
+
+def fallback_note() -> str | None:
+    """The one sentence that says the default grades without the sandbox, why, and how to
+    have it; None where the sandbox can run."""
+    problem = bwrap_problem()
+    if problem is None:
+        return None
+    kind, error = problem
+    return MESSAGES[f"fallback_{kind}"].format(error=error)
+
+
+# ---------------------------------------------------------------- the environment
+
+# Every variable a submission's processes (kernel, ranks, checks) get, in one place. Of the
+# grader's own environment only these are passed, when set (they say where things are and
+# how to speak, never who you are):
+PASSED = (
+    "PATH",  # commands a notebook runs (`nvidia-smi`, `sleep`) are found as in the grader
+    "PYTHONPATH",  # the kernel imports what the grader imports (this package first: below)
+    "LD_LIBRARY_PATH",  # CUDA's and the environment's own libraries, where a system needs it
+    "CUDA_VISIBLE_DEVICES",  # the GPUs the grader was given
+    "LANG",  # the locale (with LC_* below) and the time zone
+    "LANGUAGE",
+    "TZ",
+)
+PASSED_PREFIXES = (
+    "LC_",  # the locale
+    "DDP_HELPERS_",  # the course's own settings: its language, the launcher's switches
+)
+# The grader's own, not the notebook's: which process to die with, how tests order output.
+GRADER_ONLY = ("DDP_HELPERS_GRADER_PID", "DDP_HELPERS_OUTPUT")
+# Set for every submission, whatever the grader has (Cage.env), so not passable:
+THREAD_COUNTS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+SET_HERE = {
+    "HOME": "a folder of its own, removed after it: no dotfiles, credentials or caches of yours",
+    "TMPDIR": "a folder of its own, removed after it",
+    **dict.fromkeys(THREAD_COUNTS, "--threads"),
+}
+# Also set: PYTHONPATH with this package first, DDP_HELPERS_WARM_UP=0 (the launcher starts
+# at the first launch), and PYTHONUSERBASE where the grader's Python has a user site (`pip
+# install --user`), which the private HOME would hide. Left out on purpose: VIRTUAL_ENV and
+# CONDA_* (the kernel runs the grader's own interpreter, which finds its environment by
+# itself), JUPYTER_* and IPYTHONDIR (a fresh kernel, not your configuration), proxies (they
+# may hold passwords), and everything else: what a notebook needs beyond this, an instructor
+# names with --pass-env.
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def env_name(text: str) -> str:
+    """A --pass-env argument, checked: the name of an environment variable."""
+    if not _NAME.match(text):
+        raise ValueError(MESSAGES["pass_env_name"].format(value=text))
+    return text
+
+
+def check_passed(names: Iterable[str], environ: Mapping[str, str]) -> None:
+    """A ValueError for a --pass-env name that is not set, or that the grader sets itself."""
+    for name in names:
+        if name in SET_HERE or name in GRADER_ONLY:
+            why = SET_HERE.get(name, "the grader's own")
+            raise ValueError(MESSAGES["pass_env_own"].format(name=name, why=why))
+        if name not in environ:
+            raise ValueError(MESSAGES["pass_env_unset"].format(name=name))
+
+
+def submission_environment(
+    environ: Mapping[str, str], conf: Confinement, home: str, tmp: str
+) -> dict[str, str]:
+    """The environment of a submission's processes: the allow-listed part of `environ`, the
+    names conf.pass_env gives, and what is set for every submission."""
+    from ..procs import with_this_package
+
+    env = {
+        name: value
+        for name, value in environ.items()
+        if name in PASSED or name.startswith(PASSED_PREFIXES) or name in conf.pass_env
+    }
+    for name in GRADER_ONLY:
+        env.pop(name, None)
+    env |= dict.fromkeys(THREAD_COUNTS, str(conf.threads))
+    env |= {"HOME": home, "TMPDIR": tmp, "DDP_HELPERS_WARM_UP": "0"}
+    user_base = _user_base()
+    if user_base is not None:
+        env["PYTHONUSERBASE"] = user_base
+    return with_this_package(env)  # the grader's own copy, wherever the notebook runs
+
+
+def _user_base() -> str | None:
+    """The base of the grader's user site (`pip install --user`), where its Python uses one."""
+    import site
+
+    if site.ENABLE_USER_SITE and os.path.isdir(site.getusersitepackages()):
+        return site.getuserbase()
+    return None
 
 
 # ---------------------------------------------------------------- cgroups
@@ -209,18 +372,12 @@ class Cage:
                     (memory / "memory.memsw.limit_in_bytes").write_text(str(self.conf.memory))
             (pids / "pids.max").write_text(str(self.conf.tasks))
 
-    def env(self, env: dict) -> dict:
-        """The environment of the submission's processes."""
-        threads = str(self.conf.threads)
-        env = dict(
-            env,
-            OMP_NUM_THREADS=threads,
-            MKL_NUM_THREADS=threads,
-            OPENBLAS_NUM_THREADS=threads,
-        )
-        if self.conf.sandbox:
-            env["HOME"] = self.workdir
-        return env
+    def env(self) -> dict[str, str]:
+        """The environment of the submission's processes (kernel, ranks, checks): the
+        allow-listed part of this process's, with the submission's own home and TMPDIR (the
+        worker makes workdir/home and workdir/tmp, and removes them with workdir)."""
+        home, tmp = (os.path.join(self.workdir, sub) for sub in ("home", "tmp"))
+        return submission_environment(os.environ, self.conf, home, tmp)
 
     def command(self, argv: list[str], cwd: str) -> list[str]:
         """argv, started inside the cage: in its cgroups or under its rlimits, in bwrap."""
@@ -243,8 +400,7 @@ class Cage:
         for path in _python_paths():
             args += ["--ro-bind", path, path]
         args += ["--bind", self.workdir, self.workdir, "--remount-ro", "/", "--chdir", cwd]
-        args += ["--setenv", "HOME", self.workdir, "--"]
-        return args + argv
+        return [*args, "--", *argv]
 
     def exit_code(self, code: int) -> int:
         """A process's exit code as subprocess would give it without bubblewrap in between
@@ -314,7 +470,8 @@ class Cage:
 
 
 def _python_paths() -> list[str]:
-    """What Python needs, read-only: the interpreter, the environment, this package.
+    """What Python needs, read-only: the interpreter, the environment (with the user site,
+    where there is one: see submission_environment), this package.
 
     Not the folder the package sits in: the course's other files, and submissions an
     instructor keeps beside it, stay out of the sandbox.
@@ -323,6 +480,8 @@ def _python_paths() -> list[str]:
 
     paths = {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, sys.exec_prefix)}
     paths.update(os.path.realpath(p) for p in site.getsitepackages() if os.path.isdir(p))
+    if _user_base() is not None:
+        paths.add(os.path.realpath(site.getusersitepackages()))
     paths.add(str(PACKAGE))
     outer = []  # nested paths are covered by the outer one
     for path in sorted(paths):

@@ -7,7 +7,6 @@ line per event to FD; `score()` runs such processes, a fresh one after one hangs
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import pickle
@@ -15,26 +14,39 @@ import select
 import sys
 import time
 
-from ..procs import describe_exit, kill_descendants
+from ..exercises._core import CheckStatus
+from ..i18n import messages
+from ..procs import describe_exit, kill_descendants, stop_tree, supervise
 from .kernel import start_logged
 from .results import Event, ExerciseScore
 
 MIN_CHECK_LIMIT = 60.0  # the rank checks have their own 30 s hang detection; let it speak
 
-MESSAGES = {
-    "check_timeout": (
-        "Checking this answer did not finish within {limit:g} s (an endless loop, or a "
-        "rank waiting for one that never comes?), so it was stopped."
-    ),
-    "check_died": "Checking this answer ended the grader's process ({how}).",
-    "missing": "`{name}` is not defined in this notebook (was its cell run, or renamed?).",
-    "unsendable": "`{name}` could not be taken out of the notebook: {error}",
-    "unloadable": "`{name}` could not be loaded by the grader: {error}",
-    "from_course": (
-        "`{name}` is the course's reference answer imported from `{module}`, not code "
-        "written in this notebook: write your own."
-    ),
-}
+# The grader's own mistakes (keys as in the exercises' tables: a message under its key, a
+# title for the class report under f"{key}.title"; "missing" is the exercises' key too).
+MESSAGES = messages(
+    "grading.scorer",
+    {
+        "check_timeout": (
+            "Checking this answer did not finish within {limit:g} s (an endless loop, or a "
+            "rank waiting for one that never comes?), so it was stopped."
+        ),
+        "check_timeout.title": "its check was stopped at the time limit",
+        "check_died": "Checking this answer ended the grader's process ({how}).",
+        "check_died.title": "its check ended the grader's process",
+        "missing": "`{name}` is not defined in this notebook (was its cell run, or renamed?).",
+        "unsendable": "`{name}` could not be taken out of the notebook: {error}",
+        "unsendable.title": "could not be taken out of the notebook",
+        "unloadable": "`{name}` could not be loaded by the grader: {error}",
+        "unloadable.title": "could not be loaded by the grader",
+        "from_course": (
+            "`{name}` is the course's reference answer imported from `{module}`, not code "
+            "written in this notebook: write your own."
+        ),
+        "from_course.title": "the course's reference answer, imported",
+        "not_scored.title": "not scored: the grader failed on the submission",
+    },
+)
 
 
 def from_course(obj) -> str | None:
@@ -53,25 +65,37 @@ def from_course(obj) -> str | None:
     return None
 
 
-def _score_one(ex, entry) -> tuple[str, str, str | None, str | None]:
-    """(status, message, hint, hidden): hidden is how the grader's extra cases went."""
+def _grader_found(status: CheckStatus, mistake: str, **fields) -> dict:
+    """A result the grader gives without the check: one of its own mistakes."""
+    return {"status": status, "message": MESSAGES[mistake].format(**fields), "mistake": mistake}
+
+
+def _score_one(ex, entry) -> dict:
+    """The fields of the exercise's ExerciseScore (less its id, name and points)."""
     import cloudpickle
 
     if entry is None:
-        return "missing", MESSAGES["missing"].format(name=ex.name), None, None
+        return _grader_found(CheckStatus.MISSING, "missing", name=ex.name)
     kind, payload = entry
     if kind != "ok":
-        return "error", MESSAGES["unsendable"].format(name=ex.name, error=payload), None, None
+        return _grader_found(CheckStatus.ERROR, "unsendable", name=ex.name, error=payload)
     try:
         answer = cloudpickle.loads(payload)
     except BaseException as exc:  # noqa: BLE001 - whatever the pickle raises is the answer's
         error = f"{type(exc).__name__}: {exc}"
-        return "error", MESSAGES["unloadable"].format(name=ex.name, error=error), None, None
+        return _grader_found(CheckStatus.ERROR, "unloadable", name=ex.name, error=error)
     module = from_course(answer)
     if module is not None:
-        return "wrong", MESSAGES["from_course"].format(name=ex.name, module=module), None, None
+        return _grader_found(CheckStatus.WRONG, "from_course", name=ex.name, module=module)
     result = ex.grade(answer)  # the learner's check, then the grader's hidden cases
-    return result.status, result.message, result.hint, result.hidden
+    return {
+        "status": result.status,
+        "message": result.message,
+        "hint": result.hint,
+        "hidden": result.hidden,
+        "mistake": result.mistake,
+        "fields": result.title_fields,
+    }
 
 
 def score_answers(answers_path: str, lesson: str, ids: list[str], out) -> None:
@@ -93,9 +117,7 @@ def score_answers(answers_path: str, lesson: str, ids: list[str], out) -> None:
         ex = exercises[ex_id]
         out.write(json.dumps({"event": "start", "id": ex_id}) + "\n")
         out.flush()
-        status, message, hint, hidden = _score_one(ex, found.get(ex.name))
-        done = {"event": "done", "id": ex_id, "status": status, "message": message}
-        done |= {"hint": hint, "hidden": hidden}
+        done = {"event": "done", "id": ex_id, **_score_one(ex, found.get(ex.name))}
         out.write(json.dumps(done) + "\n")
         out.flush()
 
@@ -113,6 +135,7 @@ def score(
 
     An answer that hangs or kills its scorer costs that exercise only: a new scorer takes
     the rest. The caller is a subreaper, so whatever a scorer started is found and killed.
+    `env` is the scorers' whole environment (the worker's is sandbox.Cage.env).
     """
     from ..exercises import exercises_of
 
@@ -121,27 +144,9 @@ def score(
     results: dict[str, dict] = {}
     events: list[Event] = []
     while remaining := [i for i in ids if i not in results]:
-        before = _children()
-        read_fd, write_fd = os.pipe()
-        # -P: nothing the notebook wrote into a folder can shadow a module here.
-        argv = [sys.executable, "-P", "-m", "ddp_helpers.grading.scorer"]
-        argv += [answers_path, lesson, str(write_fd), *remaining]
-        cwd, scorer_env = os.path.join(workdir, "score"), env
-        if cage is not None:  # the checks run the learner's code: in its cage too
-            argv, scorer_env = cage.command(argv, cwd), cage.env(env)
-        log = os.path.join(workdir, "scorer.log")
-        proc = start_logged(argv, cwd, scorer_env, log, pass_fds=(write_fd,))
-        os.close(write_fd)
-        try:
-            stopped_in, kind, text = _read_scores(proc, read_fd, limit, results, cage)
-        finally:
-            os.close(read_fd)
-            # The scorer, and what it started (still holding the pipe, perhaps): our new
-            # children, orphans included, since this process is a subreaper.
-            for pid in _children() - before:
-                kill_descendants(pid, include_self=True)
-            with contextlib.suppress(Exception):
-                proc.wait(timeout=10)
+        stopped_in, kind, text = _run_scorer(
+            answers_path, lesson, remaining, workdir, env, limit, results, cage
+        )
         if kind is None:
             if all(i in results for i in remaining):
                 break
@@ -151,10 +156,35 @@ def score(
             continue  # it stopped between two exercises: a new scorer takes the rest
         # It hung or died in one exercise, or before scoring any: that one gets the reason.
         culprit = stopped_in or next(i for i in ids if i not in results)
-        results[culprit] = {"status": "error", "message": text, "hint": None}
+        results[culprit] = {"status": CheckStatus.ERROR, "message": text, "mistake": kind}
         events.append(Event(kind, text, exercise=culprit))
     scores = [ExerciseScore(ex.id, ex.name, ex.points, **results[ex.id]) for ex in exercises]
     return scores, events
+
+
+def _run_scorer(answers_path, lesson, ids, workdir, env, limit, results, cage) -> tuple:
+    """One scorer process for `ids`, its results put into `results`: (exercise, kind, why)
+    if it hung or died, else (None, None, ""). Nothing it started is left."""
+    before = _children()
+    read_fd, write_fd = os.pipe()
+    # -P: nothing the notebook wrote into a folder can shadow a module here.
+    argv = [sys.executable, "-P", "-m", "ddp_helpers.grading.scorer"]
+    argv += [answers_path, lesson, str(write_fd), *ids]
+    cwd = os.path.join(workdir, "score")
+    if cage is not None:  # the checks run the learner's code: in its cage too
+        argv = cage.command(argv, cwd)
+    log = os.path.join(workdir, "scorer.log")
+    proc = start_logged(argv, cwd, env, log, pass_fds=(write_fd,))
+    os.close(write_fd)
+    try:
+        return _read_scores(proc, read_fd, limit, results, cage)
+    finally:
+        os.close(read_fd)
+        stop_tree(proc)
+        # What it started and left (holding the pipe, perhaps) may have outlived it: orphans
+        # are our new children, since this process is a subreaper.
+        for pid in _children() - before:
+            kill_descendants(pid, include_self=True)
 
 
 def _read_scores(proc, fd: int, limit: float, results: dict, cage=None) -> tuple:
@@ -173,9 +203,7 @@ def _read_scores(proc, fd: int, limit: float, results: dict, cage=None) -> tuple
             if event["event"] == "start":
                 state["current"] = event["id"]
             else:
-                results[event["id"]] = {
-                    k: event[k] for k in ("status", "message", "hint", "hidden")
-                }
+                results[event["id"]] = {k: v for k, v in event.items() if k not in ("event", "id")}
                 state["current"] = None
             state["deadline"] = time.monotonic() + limit
 
@@ -190,24 +218,22 @@ def _read_scores(proc, fd: int, limit: float, results: dict, cage=None) -> tuple
                 return False
             take(chunk)
 
-    os.set_blocking(fd, False)
-    while True:
-        if cage is not None:
-            cage.watch()  # over its task limit, everything it started is stopped
-        wait = max(0.0, min(0.2, state["deadline"] - time.monotonic()))
+    def closed(wait: float) -> bool:
         select.select([fd], [], [], wait)
-        open_ = drain()
-        code = proc.poll()
-        if not open_ or code is not None:  # the scorer is gone (what it wrote is read)
-            code = proc.wait() if code is None else code
-            drain()
-            if code == 0 and state["current"] is None:
-                return None, None, ""
-            how = describe_exit(code if cage is None else cage.exit_code(code))
-            return state["current"], "check_died", MESSAGES["check_died"].format(how=how)
-        if time.monotonic() >= state["deadline"]:
-            text = MESSAGES["check_timeout"].format(limit=limit)
-            return state["current"], "check_timeout", text
+        return not drain()
+
+    os.set_blocking(fd, False)
+    # A cage is watched on every tick: over its task limit, everything it started is stopped.
+    watch = cage.watch if cage is not None else None
+    if supervise(proc, closed, lambda: state["deadline"], watch) == "late":
+        text = MESSAGES["check_timeout"].format(limit=limit)
+        return state["current"], "check_timeout", text
+    code = proc.wait()  # the scorer is gone: what it wrote is read
+    drain()
+    if code == 0 and state["current"] is None:
+        return None, None, ""
+    how = describe_exit(code if cage is None else cage.exit_code(code))
+    return state["current"], "check_died", MESSAGES["check_died"].format(how=how)
 
 
 def main(argv: list[str]) -> int:

@@ -8,6 +8,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
+from .. import i18n
 from ..exercises import LESSONS, exercises_of
 from .results import Submission
 
@@ -100,6 +101,17 @@ def code_sources(path) -> list[str]:
     return sources
 
 
+def language_of(path) -> str:
+    """The language a notebook says it is in (its metadata, as the Japanese edition's do);
+    English when it says none, or one the course does not have, or cannot be read."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            metadata = json.load(f).get("metadata", {})
+    except (OSError, ValueError, AttributeError):
+        return "en"
+    return i18n.normalize(metadata.get("language")) or "en"
+
+
 def lesson_of(path) -> tuple[str | None, str | None]:
     """(lesson, None) for a lesson notebook, or (lesson or None, why it is invalid)."""
     try:
@@ -156,7 +168,7 @@ def find_submissions(
         if problem is None and lesson is not None and found != lesson:
             problem = MESSAGES["wrong_lesson"].format(found=found, wanted=lesson)
         student = student_of(shown, student_from) if student_from is not None else folder
-        subs.append(Submission(resolved, shown, found, problem, student))
+        subs.append(Submission(resolved, shown, found, problem, student, language_of(resolved)))
     return _students_from_folders(subs)
 
 

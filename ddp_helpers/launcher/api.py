@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import socket
@@ -10,53 +11,51 @@ import threading
 import time
 import weakref
 
-from ..procs import describe_exit
+from ..i18n import messages
 from . import client, torch_compat
-from .failures import (
-    MESSAGES as FAILURE_MESSAGES,
-)
-from .failures import (
-    DistributedError,
-    RankFailure,
-    failure_of,
-    failure_report,
-    start_failure_error,
-    timeout_report,
-)
+from .failures import DistributedError, exit_quirks, interrupt_report, run_error
 from .output import OutputRouter
-from .plan import Options, place, rank_environment
+from .plan import MASTER_ADDR, Options, place, rank_environments, shared_environment
+from .protocol import Call, Cell, LaunchRequest
 from .run import Run
 from .tracebacks import cell_sources, relabel_cells, render_stack
 
 # Learner-facing text of this module, in one place so that it can be translated.
-MESSAGES = {
-    "exit_quirk": (
-        "[ddp_helpers] warning: rank {rank} {how} at exit, after it had returned its "
-        "result; the result is kept. (gloo and DDP sometimes abort at interpreter exit.)"
-    ),
-    "too_many_ranks": (
-        "[ddp_helpers] warning: {nprocs} ranks on {cpus} CPU cores; each rank is a process, "
-        "so this will be slow. 2-4 ranks are plenty to learn with."
-    ),
-    "unpicklable": (
-        "{what} cannot be sent to the rank processes: {error}. Each rank is a separate "
-        "process, so what you pass must be picklable: define it at the top level of a cell, "
-        "or create it inside the function instead."
-    ),
-    "busy": "Another launch is still running in this kernel; wait for it (or join it) first.",
-    "spawn_running": (
-        "An earlier spawn(join=False) is still running in this kernel: call .join() on the "
-        "context it returned (or .terminate() to stop it) before you launch again."
-    ),
-    "spawn_dropped": (
-        "[ddp_helpers] note: an earlier spawn(join=False) was never joined and nothing can "
-        "join it any more, so its ranks were stopped."
-    ),
-    "spawn_unjoined": (
-        "[ddp_helpers] note: an earlier spawn(join=False) finished without being joined: {what}"
-    ),
-    "spawn_ok": "it succeeded.",
-}
+MESSAGES = messages(
+    "launcher.api",
+    {
+        "too_many_ranks": (
+            "[ddp_helpers] warning: {nprocs} ranks on {cpus} CPU cores; each rank is a process, "
+            "so this will be slow. 2-4 ranks are plenty to learn with."
+        ),
+        "unpicklable": (
+            "{what} cannot be sent to the rank processes: {error}. Each rank is a separate "
+            "process, so what you pass must be picklable: define it at the top level of a cell, "
+            "or create it inside the function instead."
+        ),
+        "busy": "Another launch is still running in this kernel; wait for it (or join it) first.",
+        "spawn_running": (
+            "An earlier spawn(join=False) is still running in this kernel: call .join() on the "
+            "context it returned (or .terminate() to stop it) before you launch again."
+        ),
+        "spawn_dropped": (
+            "[ddp_helpers] note: an earlier spawn(join=False) was never joined and nothing can "
+            "join it any more, so its ranks were stopped."
+        ),
+        "spawn_unjoined": (
+            "[ddp_helpers] note: an earlier spawn(join=False) finished without being joined: {what}"
+        ),
+        "spawn_ok": "it succeeded.",
+        "bad_start_method": (
+            "start_method must be 'spawn', 'fork' or 'forkserver' (the start methods of Python's "
+            "multiprocessing); got {value!r}. Here every one of them starts the ranks the same "
+            "way, forked from the launcher's helper process, which has never touched CUDA, so "
+            "code written for torch.multiprocessing.spawn runs unchanged whichever it names."
+        ),
+    },
+)
+
+START_METHODS = ("spawn", "fork", "forkserver")
 
 
 class Results(tuple):
@@ -90,73 +89,48 @@ def _loopback_interface() -> str | None:
     return next((n for n in names if n in ("lo", "lo0")), None)
 
 
-def _shared_env(options: Options, backend: str) -> tuple[dict, int]:
-    """The environment every rank of a run shares, and its thread count."""
-    env = dict(os.environ)
-    threads = env.get("OMP_NUM_THREADS", "")
-    threads = int(threads) if threads.isdigit() and int(threads) > 0 else 0
-    # Simulated nodes share this machine's cores like any other ranks.
-    threads = threads or max(1, _cpu_count() // options.nprocs)
-    env["OMP_NUM_THREADS"] = str(threads)
-    env["MPLBACKEND"] = "Agg"  # the notebook's inline backend means nothing in a rank
-    env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # see client.py
-    # gloo and nccl open listening sockets of their own, by default on the address the
-    # host name resolves to (reachable from the network): keep a one-machine run on
-    # loopback unless the user chose an interface.
-    loopback = _loopback_interface()
-    if loopback:
-        env.setdefault("GLOO_SOCKET_IFNAME", loopback)
-        env.setdefault("NCCL_SOCKET_IFNAME", loopback)
-    env["PYTHONUNBUFFERED"] = "1"
-    env["DDP_HELPERS_BACKEND"] = backend
-    return env, threads
-
-
-def _new_run(kind: str, payload, options: Options, extra: dict | None = None) -> Run:
+def _new_run(work: Call | Cell, options: Options, daemon: bool = False) -> Run:
     """Place the ranks, build their request, and start them (through this kernel's zygote)."""
     zygote = client.get()
     for line in zygote.unsaid:  # what a torch touchpoint's fallback loses, said once
         sys.stderr.write(line + "\n")
     zygote.unsaid = []
     placement = place(options, zygote.gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
-    nprocs = options.nprocs
-    if nprocs > 4 * _cpu_count():
-        sys.stderr.write(MESSAGES["too_many_ranks"].format(nprocs=nprocs, cpus=_cpu_count()))
-        sys.stderr.write("\n")
+    if options.nprocs > 4 * _cpu_count():
+        message = MESSAGES["too_many_ranks"].format(nprocs=options.nprocs, cpus=_cpu_count())
+        sys.stderr.write(message + "\n")
     if placement.notice:
         sys.stderr.write(placement.notice + "\n")
     ordered = options.ordered
     if ordered is None:
         ordered = os.environ.get("DDP_HELPERS_OUTPUT", "live") == "ordered"
     run_id = f"{os.getpid()}-{time.monotonic_ns()}"
-    env, threads = _shared_env(options, placement.backend)
+    env, threads = shared_environment(
+        os.environ, options.nprocs, placement.backend, _cpu_count(), _loopback_interface()
+    )
     # The rendezvous socket: bound to loopback and listening before any rank starts,
     # held until the run ends (rank 0 serves the store on it), so no port race.
     store_socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    store_socket.bind(("127.0.0.1", 0))
+    store_socket.bind((MASTER_ADDR, 0))
     store_socket.listen(128)
     port = store_socket.getsockname()[1]
-    async_errors = os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
-    req = {
-        "op": "launch",
-        "id": run_id,
-        "kind": kind,
-        "payload": payload,
-        "nprocs": nprocs,
-        "backend": placement.backend,
-        "env": env,
-        "rank_env": [
-            rank_environment(options, placement, rank, "127.0.0.1", port, run_id, async_errors)
-            for rank in range(nprocs)
-        ],
-        "threads": threads,
-        "cwd": os.getcwd(),
-        "sys_path": list(sys.path),
-        "sources": cell_sources(),
-        "master_port": port,
-        **(extra or {}),
-    }
-    run = Run(zygote, req, nprocs, options.timeout, OutputRouter(nprocs, ordered))
+    request = LaunchRequest(
+        id=run_id,
+        work=work,
+        nprocs=options.nprocs,
+        backend=placement.backend,
+        env=env,
+        rank_env=rank_environments(options, placement, port, run_id, env),
+        threads=threads,
+        cwd=os.getcwd(),
+        sys_path=list(sys.path),
+        sources=cell_sources(),
+        master_port=port,
+        zygote_pid=zygote.proc.pid,
+        compat=zygote.compat,
+        daemon=daemon,
+    )
+    run = Run(zygote, request, options.timeout, OutputRouter(options.nprocs, ordered))
     try:
         run.start(store_socket)
     finally:
@@ -168,61 +142,19 @@ def _outcome(run: Run) -> Results:
     """The ranks' values, or the error that says which rank failed and why."""
     __tracebackhide__ = True
     if run.interrupted:
-        stacks = [r for r in run.records if r.stack]
-        if stacks:  # where each rank was when stop was pressed, above the KeyboardInterrupt
-            parts = [FAILURE_MESSAGES["interrupted_where"]]
-            parts += [f"rank {r.rank}:\n{render_stack(r.stack)}" for r in stacks]
-            print("\n\n".join(parts), file=sys.stderr, flush=True)
+        where = interrupt_report(run.records, render_stack)
+        if where:  # where each rank was when stop was pressed, above the KeyboardInterrupt
+            print(where, file=sys.stderr, flush=True)
         raise KeyboardInterrupt
-    if run.start_failure is not None:
-        f = run.start_failure
-        raise start_failure_error(f["rank"], run.nprocs, f["error"], f["nproc_limit"])
-    if run.launcher_died:
-        client.shutdown()
-        raise DistributedError(FAILURE_MESSAGES["launcher_died"], kind="launcher")
-    records = run.records
-    if run.timed_out:
-        stacks = [
-            RankFailure(
-                rank=r.rank,
-                kind="timeout",
-                stack=render_stack(r.stack) or None,
-                finished=r.has_result and not r.stack,
-            )
-            for r in records
-        ]
-        paragraph, report = timeout_report(run.timeout, stacks)
-        failures = {f.rank: f for f in stacks if not f.finished}
-        raise DistributedError(paragraph, kind="timeout", failures=failures, report=report)
-    failures = [f for r in records if (f := failure_of(r, relabel_cells, render_stack))]
-    if failures:
-        peer_text = torch_compat.usable(run.zygote.compat, "peer_text")
-        returned = [r.rank for r in records if r.has_result]
-        paragraph, report, first = failure_report(failures, run.nprocs, returned, peer_text)
-        raise DistributedError(
-            paragraph,
-            kind=first.kind,
-            failures={f.rank: f for f in failures},
-            rank=first.rank,
-            report=report,
-            returned_ranks=returned,
-            original=_exception_of(records[first.rank].error),
-        )
-    for record in records:
-        if record.exitcode:
-            code = record.exitcode
-            how = f"was {describe_exit(code)}" if code < 0 else f"exited with code {code}"
-            sys.stderr.write(MESSAGES["exit_quirk"].format(rank=record.rank, how=how) + "\n")
-    return Results(pickle.loads(r.result) for r in records)
-
-
-def _exception_of(error: dict | None) -> BaseException | None:
-    if error is None or error.get("exception") is None:
-        return None
-    try:
-        return pickle.loads(error["exception"])
-    except Exception:
-        return None
+    peer_text = torch_compat.usable(run.zygote.compat, "peer_text")
+    error = run_error(run.end(), relabel_cells, render_stack, peer_text)
+    if error is not None:
+        if error.kind == "launcher":  # a fresh helper process for the next launch
+            client.shutdown()
+        raise error
+    for line in exit_quirks(run.records):
+        sys.stderr.write(line + "\n")
+    return Results(pickle.loads(r.result) for r in run.records)
 
 
 def _settle_background() -> None:
@@ -248,20 +180,27 @@ def _settle_background() -> None:
     sys.stderr.write(MESSAGES["spawn_unjoined"].format(what=what) + "\n")
 
 
-def _run(kind: str, payload, options: Options, extra: dict | None = None) -> Results:
-    __tracebackhide__ = True
+@contextlib.contextmanager
+def _launching():
+    """This kernel's one launch at a time, once an unjoined spawn(join=False) is settled."""
     if not _launch_lock.acquire(blocking=False):
         raise RuntimeError(MESSAGES["busy"])
     try:
         _settle_background()
-        run = _new_run(kind, payload, options, extra)
+        yield
+    finally:
+        _launch_lock.release()
+
+
+def _run(work: Call | Cell, options: Options, daemon: bool = False) -> Results:
+    __tracebackhide__ = True
+    with _launching():
+        run = _new_run(work, options, daemon)
         try:
             run.poll()
         finally:
             run.kill()  # only does something after an error inside the loop itself
         return _outcome(run)
-    finally:
-        _launch_lock.release()
 
 
 def _pickle_call(fn, args, kwargs) -> bytes:
@@ -303,7 +242,7 @@ def launch(
     """
     __tracebackhide__ = True
     options = Options.checked(nprocs, nnodes, backend, timeout, ordered)
-    return _run("call", _pickle_call(fn, args, kwargs), options)
+    return _run(Call(_pickle_call(fn, args, kwargs)), options)
 
 
 def run_cell(
@@ -320,7 +259,7 @@ def run_cell(
     """Run a cell's source on every rank (what `%%ddp` does); `namespace`: pickled variables."""
     __tracebackhide__ = True
     options = Options.checked(nprocs, nnodes, backend, timeout, ordered)
-    _run("cell", source, options, {"filename": filename, "namespace": namespace or {}})
+    _run(Cell(source, filename, namespace or {}), options)
 
 
 def _call_with_rank(fn, args):
@@ -370,21 +309,23 @@ def spawn(
     """Drop-in for torch.multiprocessing.spawn: fn(rank, *args) on nprocs ranks (lesson 02).
 
     `rank` is the global rank (RANK); with nnodes > 1 the ranks are spread over that many
-    simulated machines, as `launch` does.
+    simulated machines, as `launch` does. `daemon=True` makes the ranks daemonic, as
+    torch's: multiprocessing then refuses them child processes (a DataLoader with
+    workers); either way no rank outlives the kernel. `start_method` may be any of
+    multiprocessing's, 'spawn', 'fork' or 'forkserver', and each does the same here: the
+    ranks are forked from the launcher's helper process, which never initialises CUDA, so
+    they are as fresh as spawned ones, and as quick to start as forked ones.
     """
     __tracebackhide__ = True
     global _background
     options = Options.checked(nprocs, nnodes, backend, timeout)
-    payload = _pickle_call(_call_with_rank, (fn, tuple(args)), {})
+    if start_method not in START_METHODS:
+        raise ValueError(MESSAGES["bad_start_method"].format(value=start_method))
+    work = Call(_pickle_call(_call_with_rank, (fn, tuple(args)), {}))
     if join:
-        _run("call", payload, options)
+        _run(work, options, bool(daemon))
         return None
-    if not _launch_lock.acquire(blocking=False):
-        raise RuntimeError(MESSAGES["busy"])
-    try:
-        _settle_background()
-        context = SpawnContext(_new_run("call", payload, options))
+    with _launching():
+        context = SpawnContext(_new_run(work, options, bool(daemon)))
         _background = (context._run, weakref.ref(context))
-    finally:
-        _launch_lock.release()
     return context

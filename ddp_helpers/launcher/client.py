@@ -8,22 +8,28 @@ import subprocess
 import sys
 import threading
 
+from ..i18n import messages
 from ..procs import nproc_limit, with_this_package
 from . import torch_compat, wire
 from .failures import MESSAGES as FAILURE_MESSAGES
 from .failures import DistributedError
+from .plan import zygote_environment
+from .protocol import Broken, ProtocolError, Ready, expect
 
-MESSAGES = {
-    "launcher_broken": (
-        "The launcher could not start its helper process: {error}. Check that torch is "
-        "installed in this kernel's environment (run `make lab` to set it up)."
-    ),
-    "no_process": (
-        "The launcher could not start its helper process: the system refused to create "
-        "another process ({error}). {limit}End other processes of yours, then run the cell "
-        "again."
-    ),
-}
+MESSAGES = messages(
+    "launcher.client",
+    {
+        "launcher_broken": (
+            "The launcher could not start its helper process: {error}. Check that torch is "
+            "installed in this kernel's environment (run `make lab` to set it up)."
+        ),
+        "no_process": (
+            "The launcher could not start its helper process: the system refused to create "
+            "another process ({error}). {limit}End other processes of yours, then run the cell "
+            "again."
+        ),
+    },
+)
 
 
 class ZygoteClient:
@@ -31,15 +37,7 @@ class ZygoteClient:
 
     def __init__(self):
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        env = dict(os.environ)
-        # One thread per library in the zygote: a thread pool that exists at fork time is
-        # copied half-alive into every rank. Ranks set their own thread count.
-        env.setdefault("OPENBLAS_NUM_THREADS", "1")
-        env["OMP_NUM_THREADS"] = "1"
-        # c10d's C++ warnings bury the one error that matters in a cell; torch reads this
-        # once, when it loads, here in the zygote (api.py repeats it for what ranks start).
-        env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
-        env = with_this_package(env)
+        env = with_this_package(zygote_environment(os.environ))
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "ddp_helpers.launcher.zygote", str(child.fileno())],
@@ -68,20 +66,20 @@ class ZygoteClient:
             return self
         try:
             msg, _ = wire.recv(self.sock)
-        except EOFError:
+            msg = expect(msg, Ready, Broken, sender="the launcher's helper")
+        except (EOFError, ProtocolError) as exc:
             self.close()
+            error = "it exited while starting" if isinstance(exc, EOFError) else str(exc)
             raise DistributedError(
-                MESSAGES["launcher_broken"].format(error="it exited while starting"),
-                kind="launcher",
+                MESSAGES["launcher_broken"].format(error=error), kind="launcher"
             ) from None
-        if msg["op"] != "ready":
+        if isinstance(msg, Broken):
             self.close()
             raise DistributedError(
-                MESSAGES["launcher_broken"].format(error=msg.get("error")), kind="launcher"
+                MESSAGES["launcher_broken"].format(error=msg.error), kind="launcher"
             )
-        self.gpus = msg["gpus"]
-        self.compat = msg["compat"]
-        self.info = msg
+        self.gpus = msg.gpus
+        self.compat = msg.compat
         # Said once, at the first launch of this zygote (not from a background thread).
         self.unsaid = torch_compat.warnings(self.compat)
         self.ready = True

@@ -6,65 +6,80 @@ from __future__ import annotations
 import pickle
 from dataclasses import dataclass
 
-from ..procs import signal_name
+from .. import i18n
+from ..i18n import messages
+from ..procs import describe_exit, signal_name
+from .protocol import RankError, StartFailed
 from .torch_compat import C10D_FRAME, PEER_GONE
 
 # Learner-facing text of this module, in one place so that it can be translated.
-MESSAGES = {
-    "exception": "rank {rank} raised {type}: {message}",
-    "sys_exit": "rank {rank} called sys.exit({code})",
-    "exit_code": (
-        "rank {rank} exited with code {code} before returning a result (os._exit, or a "
-        "crash inside C/C++ code)"
-    ),
-    "exit_zero": (
-        "rank {rank} exited (code 0) without returning a result: did it call os._exit(0)?"
-    ),
-    "killed": "rank {rank} was killed by {signame} (signal {signum})",
-    "not_finished": "rank {rank} did not finish",
-    "stopped": "rank {rank} was stopped by the launcher",
-    "killed_hint_kill": (
-        "SIGKILL from outside usually means the machine ran out of memory (the kernel's "
-        "OOM killer): try fewer ranks or a smaller model."
-    ),
-    "others_stopped": "The other ranks were stopped.",
-    "also_failed": "rank {rank} also failed: {summary}",
-    "more_failed": "{count} other rank(s) failed after it (err.failures has each).",
-    "traceback_of": "Traceback of rank {rank} (most recent call last):",
-    "stack_at_death": "Python stack of rank {rank} when it died (most recent call last):",
-    "timeout": "The run did not finish within {timeout:g} s, so every rank was stopped.",
-    "timeout_where": "Where each rank was at that moment (most recent call last):",
-    "interrupted_where": (
-        "Interrupted: every rank was stopped. Where each was (most recent call last):"
-    ),
-    "timeout_hint": (
-        "A rank waiting in a collective (barrier, all_reduce, broadcast, DDP's backward) "
-        "that another rank never reaches hangs forever: look for a collective inside "
-        "`if rank == 0:`, or a rank that returned early. Raise `timeout=` if the work is "
-        "just slow."
-    ),
-    "waiting_in": "rank {rank} was at {where}",
-    "rank_finished": "rank {rank}: had already finished",
-    "peer_returned": (
-        "{ranks} had already returned when this happened. A collective (barrier, all_reduce, "
-        "broadcast, DDP's backward) that not every rank calls, for example one inside "
-        "`if rank == 0:`, fails like this or hangs."
-    ),
-    "no_stack": "rank {rank}: gave no stack (it did not answer the dump signal)",
-    "cannot_start": (
-        "Rank {rank} of {nprocs} could not be started: the system refused to create another "
-        "process ({error}). {limit}Each rank is a process: launch fewer ranks, or end other "
-        "processes of yours, then run the cell again. The ranks already started were stopped."
-    ),
-    "nproc_limit": (
-        "This user may run at most {limit} processes and threads at once (RLIMIT_NPROC, "
-        "`ulimit -u`), counting every process of theirs on the machine. "
-    ),
-    "launcher_died": (
-        "The launcher's helper process died unexpectedly, so the ranks were stopped. Run the "
-        "cell again; if it keeps happening, restart the kernel."
-    ),
-}
+MESSAGES = messages(
+    "launcher.failures",
+    {
+        "exception": "rank {rank} raised {type}: {message}",
+        "sys_exit": "rank {rank} called sys.exit({code})",
+        "exit_code": (
+            "rank {rank} exited with code {code} before returning a result (os._exit, or a "
+            "crash inside C/C++ code)"
+        ),
+        "exit_zero": (
+            "rank {rank} exited (code 0) without returning a result: did it call os._exit(0)?"
+        ),
+        "killed": "rank {rank} was killed by {signame} (signal {signum})",
+        "not_finished": "rank {rank} did not finish",
+        "stopped": "rank {rank} was stopped by the launcher",
+        "killed_hint_kill": (
+            "SIGKILL from outside usually means the machine ran out of memory (the kernel's "
+            "OOM killer): try fewer ranks or a smaller model."
+        ),
+        "others_stopped": "The other ranks were stopped.",
+        "also_failed": "rank {rank} also failed: {summary}",
+        "more_failed": "{count} other rank(s) failed after it (err.failures has each).",
+        "traceback_of": "Traceback of rank {rank} (most recent call last):",
+        "stack_at_death": "Python stack of rank {rank} when it died (most recent call last):",
+        "timeout": "The run did not finish within {timeout:g} s, so every rank was stopped.",
+        "timeout_where": "Where each rank was at that moment (most recent call last):",
+        "interrupted_where": (
+            "Interrupted: every rank was stopped. Where each was (most recent call last):"
+        ),
+        "timeout_hint": (
+            "A rank waiting in a collective (barrier, all_reduce, broadcast, DDP's backward) "
+            "that another rank never reaches hangs forever: look for a collective inside "
+            "`if rank == 0:`, or a rank that returned early. Raise `timeout=` if the work is "
+            "just slow."
+        ),
+        "waiting_in": "rank {rank} was at {where}",
+        "rank_finished": "rank {rank}: had already finished",
+        "peer_returned": (
+            "{ranks} had already returned when this happened. A collective (barrier, all_reduce, "
+            "broadcast, DDP's backward) that not every rank calls, for example one inside "
+            "`if rank == 0:`, fails like this or hangs."
+        ),
+        "no_stack": "rank {rank}: gave no stack (it did not answer the dump signal)",
+        "cannot_start": (
+            "Rank {rank} of {nprocs} could not be started: the system refused to create another "
+            "process ({error}). {limit}Each rank is a process: launch fewer ranks, or end other "
+            "processes of yours, then run the cell again. The ranks already started were stopped."
+        ),
+        "nproc_limit": (
+            "This user may run at most {limit} processes and threads at once (RLIMIT_NPROC, "
+            "`ulimit -u`), counting every process of theirs on the machine. "
+        ),
+        "launcher_died": (
+            "The launcher's helper process died unexpectedly, so the ranks were stopped. Run the "
+            "cell again; if it keeps happening, restart the kernel."
+        ),
+        "launcher_confused": (
+            "The launcher and its helper process did not understand each other ({error}), so the "
+            "ranks and the helper were stopped. Run the cell again; if it keeps happening, restart "
+            "the kernel (was ddp_helpers upgraded while it ran?)."
+        ),
+        "exit_quirk": (
+            "[ddp_helpers] warning: rank {rank} {how} at exit, after it had returned its "
+            "result; the result is kept. (gloo and DDP sometimes abort at interpreter exit.)"
+        ),
+    },
+)
 
 
 @dataclass(frozen=True)
@@ -193,7 +208,10 @@ def timeout_report(timeout: float, stacks: list[RankFailure]) -> tuple[str, str]
 
 
 def _sentence(text: str) -> str:
-    return text if text.endswith((".", "!", "?", ")")) else text + "."
+    """text ended as a sentence: with a full stop of its language unless it has one."""
+    if text.endswith((".", "!", "?", ")", "。", "！", "？", "）")):
+        return text
+    return text + ("。" if i18n.current() == "ja" else ".")
 
 
 def _innermost_own_line(stack: str) -> str:
@@ -337,7 +355,7 @@ class RankRecord:
     exitcode: int | None = None  # None: it never exited (or its exit was never reported)
     exited_at: float | None = None
     result: bytes | None = None  # the pickled return value, once it has sent one
-    error: dict | None = None  # what the rank sent about its exception (rank.py)
+    error: RankError | None = None  # what the rank sent about its exception (rank.py)
     stack: str = ""  # faulthandler's dump: at a crash, or at the timeout's request
     stopped: bool = False  # it exited after the launcher had told it to stop
 
@@ -357,11 +375,11 @@ def failure_of(record: RankRecord, relabel, render_stack) -> RankFailure | None:
         return RankFailure(
             rank=record.rank,
             kind="exception",
-            exc_type=err["type"],
-            message=err["message"],
-            traceback=relabel(err["traceback"]),
+            exc_type=err.type,
+            message=err.message,
+            traceback=relabel(err.traceback),
             exitcode=record.exitcode,
-            at=err["time"],
+            at=err.time,
             stopped=False,
         )
     if record.has_result:
@@ -375,3 +393,90 @@ def failure_of(record: RankRecord, relabel, render_stack) -> RankFailure | None:
         at=record.exited_at,
         stopped=record.stopped,
     )
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """How a run ended, as the run loop saw it (run.py's Run.end): what run_error judges."""
+
+    nprocs: int
+    records: list[RankRecord]
+    timeout: float | None = None
+    timed_out: bool = False
+    start_failure: StartFailed | None = None  # a rank the zygote could not fork
+    launcher_died: bool = False
+    protocol_error: str | None = None  # a message that could not be read
+
+
+def run_error(end: RunEnd, relabel, render_stack, peer_text: bool = True):
+    """The DistributedError a run that ended so raises; None when every rank returned.
+
+    `relabel` and `render_stack` as for failure_of; `peer_text`: torch's error text is known
+    (touchpoint "peer_text"). An error of kind "launcher" means the zygote is not to be
+    trusted any more.
+    """
+    if end.start_failure is not None:
+        f = end.start_failure
+        return start_failure_error(f.rank, end.nprocs, f.error, f.nproc_limit)
+    if end.protocol_error is not None:
+        message = MESSAGES["launcher_confused"].format(error=end.protocol_error)
+        return DistributedError(message, kind="launcher")
+    if end.launcher_died:
+        return DistributedError(MESSAGES["launcher_died"], kind="launcher")
+    if end.timed_out:
+        return _timeout_error(end, render_stack)
+    failures = [f for r in end.records if (f := failure_of(r, relabel, render_stack))]
+    if not failures:
+        return None
+    returned = [r.rank for r in end.records if r.has_result]
+    paragraph, report, first = failure_report(failures, end.nprocs, returned, peer_text)
+    return DistributedError(
+        paragraph,
+        kind=first.kind,
+        failures={f.rank: f for f in failures},
+        rank=first.rank,
+        report=report,
+        returned_ranks=returned,
+        original=_exception_of(end.records[first.rank].error),
+    )
+
+
+def _timeout_error(end: RunEnd, render_stack) -> DistributedError:
+    stacks = [
+        RankFailure(
+            rank=r.rank,
+            kind="timeout",
+            stack=render_stack(r.stack) or None,
+            finished=r.has_result and not r.stack,
+        )
+        for r in end.records
+    ]
+    paragraph, report = timeout_report(end.timeout, stacks)
+    failures = {f.rank: f for f in stacks if not f.finished}
+    return DistributedError(paragraph, kind="timeout", failures=failures, report=report)
+
+
+def _exception_of(error: RankError | None) -> BaseException | None:
+    if error is None or error.exception is None:
+        return None
+    try:
+        return pickle.loads(error.exception)
+    except Exception:
+        return None
+
+
+def interrupt_report(records: list[RankRecord], render_stack) -> str | None:
+    """Where each rank was when stop was pressed; None if no rank gave its stack."""
+    parts = [f"rank {r.rank}:\n{render_stack(r.stack)}" for r in records if r.stack]
+    return "\n\n".join([MESSAGES["interrupted_where"], *parts]) if parts else None
+
+
+def exit_quirks(records: list[RankRecord]) -> list[str]:
+    """A warning for each rank that returned its result, then crashed or failed at exit."""
+    warnings = []
+    for record in records:
+        if record.has_result and record.exitcode:
+            code = record.exitcode
+            how = f"was {describe_exit(code)}" if code < 0 else f"exited with code {code}"
+            warnings.append(MESSAGES["exit_quirk"].format(rank=record.rank, how=how))
+    return warnings

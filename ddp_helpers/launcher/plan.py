@@ -1,41 +1,51 @@
 """Launch policy: the backend, the simulated nodes, their GPUs and each rank's environment.
 
 Pure functions of the options and of what the machine has, so that every rule can be
-tested without starting a process (and read in one place).
+tested without starting a process (and read in one place). Every environment variable the
+launcher sets, in the zygote or in a rank, is decided here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ..i18n import messages
+
 BACKENDS = ("auto", "gloo", "nccl")
+MASTER_ADDR = "127.0.0.1"  # the rendezvous stays on this machine (docs/launcher.md)
 
 # Learner-facing text of this module, in one place so that it can be translated.
-MESSAGES = {
-    "bad_nprocs": "nprocs must be a whole number of ranks, 1 or more; got {value!r}.",
-    "bad_nnodes": "nnodes must be a whole number of simulated machines, 1 or more; got {value!r}.",
-    "uneven_nodes": (
-        "nprocs={nprocs} ranks cannot be spread evenly over nnodes={nnodes} machines: torchrun "
-        "starts the same number of ranks on every node (--nproc-per-node). Choose nprocs as "
-        "a multiple of nnodes, e.g. nprocs={suggest}, nnodes={nnodes}."
-    ),
-    "bad_backend": (
-        "backend must be 'auto', 'gloo' or 'nccl'; got {value!r}. 'auto' picks nccl when "
-        "every rank can have a GPU of its own and gloo otherwise."
-    ),
-    "bad_timeout": "timeout must be a number of seconds above 0, or None; got {value!r}.",
-    "nccl_no_gpus": (
-        "backend='nccl' needs a GPU of its own for every rank: {nprocs} ranks were asked for "
-        "but {gpus} GPU(s) were found. Use backend='gloo' (it runs on the CPU) or "
-        "backend='auto'."
-    ),
-    "shared_gpus": (
-        "[ddp_helpers] note: {nnodes} simulated machines x {per_node} ranks would need {need} "
-        "GPUs, one per rank, but this machine has {gpus}. Two ranks pinning the same GPU make "
-        "nccl fail ('Duplicate GPU detected'), so the ranks see no GPU "
-        "(CUDA_VISIBLE_DEVICES='') and run on the CPU with gloo."
-    ),
-}
+MESSAGES = messages(
+    "launcher.plan",
+    {
+        "bad_nprocs": "nprocs must be a whole number of ranks, 1 or more; got {value!r}.",
+        "bad_nnodes": (
+            "nnodes must be a whole number of simulated machines, 1 or more; got {value!r}."
+        ),
+        "uneven_nodes": (
+            "nprocs={nprocs} ranks cannot be spread evenly over nnodes={nnodes} machines: torchrun "
+            "starts the same number of ranks on every node (--nproc-per-node). Choose nprocs as "
+            "a multiple of nnodes, e.g. nprocs={suggest}, nnodes={nnodes}."
+        ),
+        "bad_backend": (
+            "backend must be 'auto', 'gloo' or 'nccl'; got {value!r}. 'auto' picks nccl when "
+            "every rank can have a GPU of its own and gloo otherwise."
+        ),
+        "bad_timeout": "timeout must be a number of seconds above 0, or None; got {value!r}.",
+        "nccl_no_gpus": (
+            "backend='nccl' needs a GPU of its own for every rank: {nprocs} ranks were asked for "
+            "but {gpus} GPU(s) were found. Use backend='gloo' (it runs on the CPU) or "
+            "backend='auto'."
+        ),
+        "shared_gpus": (
+            "[ddp_helpers] note: {nnodes} simulated machines x {per_node} ranks would need {need} "
+            "GPUs, one per rank, but this machine has {gpus}. Two ranks pinning the same GPU make "
+            "nccl fail ('Duplicate GPU detected'), so the ranks see no GPU "
+            "(CUDA_VISIBLE_DEVICES='') and run on the CPU with gloo."
+        ),
+    },
+)
 
 
 @dataclass(frozen=True)
@@ -122,6 +132,57 @@ def _visible_ids(visible_now: str | None, gpus: int) -> list[str]:
         if len(names) >= gpus:
             return names[:gpus]
     return [str(i) for i in range(gpus)]
+
+
+def zygote_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment the zygote starts with: the kernel's, with one thread per library."""
+    env = dict(environ)
+    # A thread pool that exists at fork time is copied half-alive into every rank. Ranks
+    # set their own thread count (shared_environment).
+    env.setdefault("OPENBLAS_NUM_THREADS", "1")
+    env["OMP_NUM_THREADS"] = "1"
+    # c10d's C++ warnings bury the one error that matters in a cell; torch reads this
+    # once, when it loads: in the zygote (and in whatever a rank starts, see below).
+    env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    return env
+
+
+def shared_environment(
+    environ: Mapping[str, str], nprocs: int, backend: str, cpus: int, loopback: str | None
+) -> tuple[dict[str, str], int]:
+    """The environment every rank of a run shares, and its thread count.
+
+    `environ` is the kernel's, `cpus` the cores this process may use, `loopback` the name
+    of the loopback interface (None if unknown).
+    """
+    env = dict(environ)
+    threads = env.get("OMP_NUM_THREADS", "")
+    threads = int(threads) if threads.isdigit() and int(threads) > 0 else 0
+    # Simulated nodes share this machine's cores like any other ranks.
+    threads = threads or max(1, cpus // nprocs)
+    env["OMP_NUM_THREADS"] = str(threads)
+    env["MPLBACKEND"] = "Agg"  # the notebook's inline backend means nothing in a rank
+    env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # as in the zygote, for what ranks start
+    # gloo and nccl open listening sockets of their own, by default on the address the
+    # host name resolves to (reachable from the network): keep a one-machine run on
+    # loopback unless the user chose an interface.
+    if loopback:
+        env.setdefault("GLOO_SOCKET_IFNAME", loopback)
+        env.setdefault("NCCL_SOCKET_IFNAME", loopback)
+    env["PYTHONUNBUFFERED"] = "1"
+    env["DDP_HELPERS_BACKEND"] = backend
+    return env, threads
+
+
+def rank_environments(
+    options: Options, placement: Placement, port: int, run_id: str, shared: Mapping[str, str]
+) -> list[dict[str, str]]:
+    """What torchrun adds for each rank, by rank, to the `shared` environment."""
+    async_errors = shared.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")  # torchrun's default
+    return [
+        rank_environment(options, placement, rank, MASTER_ADDR, port, run_id, async_errors)
+        for rank in range(options.nprocs)
+    ]
 
 
 def rank_environment(

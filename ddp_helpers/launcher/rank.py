@@ -15,6 +15,7 @@ import types
 from ..procs import die_with_parent, set_process_name
 from . import torch_compat
 from .pickling import dumps
+from .protocol import BecomeRank, Call, Cell, LaunchRequest, RankError, RankResult, expect
 from .tracebacks import is_internal
 from .wire import write_message
 
@@ -28,31 +29,50 @@ def _user_traceback(exc: BaseException) -> str:
     return "".join(traceback.format_exception(exc))
 
 
-def _error_message(exc: BaseException) -> dict:
+def _error_message(exc: BaseException, message: str | None = None) -> RankError:
     try:
         exc_bytes = pickle.dumps(exc)
         pickle.loads(exc_bytes)
     except Exception:
         exc_bytes = None
-    return {
-        "kind": "error",
-        "type": type(exc).__qualname__,
-        "module": type(exc).__module__,
-        "message": str(exc),
-        "traceback": _user_traceback(exc),
-        "time": time.monotonic(),
-        "exception": exc_bytes,
-    }
+    return RankError(
+        type=type(exc).__qualname__,
+        module=type(exc).__module__,
+        message=str(exc) if message is None else message,
+        traceback=_user_traceback(exc),
+        time=time.monotonic(),
+        exception=exc_bytes,
+    )
 
 
-def _setup_process(req: dict, rank: int, fds: tuple[int, ...]) -> tuple:
+def _setup_process(req: LaunchRequest, rank: int, fds: tuple[int, ...]) -> tuple:
     out_fd, err_fd, ctl_fd, stk_fd, *store_fd = fds
-    die_with_parent(req["zygote_pid"])
+    die_with_parent(req.zygote_pid)
     set_process_name(f"ddp-rank-{rank}")
     try:
         os.setpgid(0, 0)  # own group, so the launcher can stop this rank's own children too
     except OSError:
         pass
+    _reset_signals()
+    _redirect_output(out_fd, err_fd)
+    stack_file = open(stk_fd, "w", closefd=True)  # noqa: SIM115
+    import faulthandler
+
+    # A fatal signal (segfault, abort) or the launcher's SIGUSR1 at a timeout writes every
+    # thread's Python stack to this pipe, even while the rank is stuck inside C++.
+    faulthandler.enable(file=stack_file, all_threads=True)
+    faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True, chain=False)
+    _take_the_kernels_place(req, rank)
+    torch_compat.prepare_rank(
+        req.compat, store_fd[0] if store_fd else None, req.master_port, req.nprocs
+    )
+    main = types.ModuleType("__main__")
+    main.__dict__["__builtins__"] = __builtins__
+    sys.modules["__main__"] = main
+    return ctl_fd, stack_file, main
+
+
+def _reset_signals() -> None:
     for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGUSR1):
         signal.signal(sig, signal.SIG_DFL)
     # Interrupts are the kernel's to handle: it asks each rank for its stack, then stops it.
@@ -64,6 +84,9 @@ def _setup_process(req: dict, rank: int, fds: tuple[int, ...]) -> tuple:
     except ValueError:
         pass
 
+
+def _redirect_output(out_fd: int, err_fd: int) -> None:
+    """stdin from /dev/null; stdout and stderr, of Python and of C alike, to the pipes."""
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
@@ -84,50 +107,43 @@ def _setup_process(req: dict, rank: int, fds: tuple[int, ...]) -> tuple:
     sys.stdout = sys.__stdout__ = text_stream(1)
     sys.stderr = sys.__stderr__ = text_stream(2)
 
-    stack_file = open(stk_fd, "w", closefd=True)  # noqa: SIM115
-    import faulthandler
 
-    # A fatal signal (segfault, abort) or the launcher's SIGUSR1 at a timeout writes every
-    # thread's Python stack to this pipe, even while the rank is stuck inside C++.
-    faulthandler.enable(file=stack_file, all_threads=True)
-    faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True, chain=False)
-
+def _take_the_kernels_place(req: LaunchRequest, rank: int) -> None:
+    """The kernel's environment, folder, import path and cells, as the rank's own."""
     os.environ.clear()
-    os.environ.update(req["env"])
-    os.environ.update(req["rank_env"][rank])  # what torchrun gives this rank (plan.py)
+    os.environ.update(req.env)
+    os.environ.update(req.rank_env[rank])  # what torchrun gives this rank (plan.py)
     try:
-        os.chdir(req["cwd"])
+        os.chdir(req.cwd)
     except OSError:
         pass
-    sys.path[:] = req["sys_path"]
-    sys.argv[:] = [req.get("argv0", "")]
+    sys.path[:] = req.sys_path
+    # As in an interactive interpreter: a script's parse_args() run in a rank sees no
+    # arguments (the kernel's own, `-f kernel.json`, would make it fail).
+    sys.argv[:] = [""]
     # The kernel's notebook cells exist only in its memory: copy them so that tracebacks
     # from functions defined in cells show their source lines.
-    for name, lines in req["sources"].items():
+    for name, lines in req.sources.items():
         linecache.cache[name] = (sum(map(len, lines)), None, lines, name)
+    if req.daemon:  # spawn(daemon=True): multiprocessing then refuses it children, as torch's
+        import multiprocessing
 
-    torch_compat.prepare_rank(
-        req["compat"], store_fd[0] if store_fd else None, req["master_port"], req["nprocs"]
-    )
-
-    main = types.ModuleType("__main__")
-    main.__dict__["__builtins__"] = __builtins__
-    sys.modules["__main__"] = main
-    return ctl_fd, stack_file, main
+        multiprocessing.current_process().daemon = True
 
 
-def run_rank(req: dict, rank: int, fds: tuple[int, ...]) -> None:
+def run_rank(task: BecomeRank, fds: tuple[int, ...]) -> None:
     """Run one rank to completion in this (forked) process, then exit; never returns."""
     code = 70
     try:
-        ctl_fd, stack_file, main = _setup_process(req, rank, fds)
+        task = expect(task, BecomeRank, sender="the zygote")
+        ctl_fd, stack_file, main = _setup_process(task.request, task.rank, fds)
     except BaseException as exc:  # the launcher's own fault: still say what happened
         try:
             write_message(fds[2], _error_message(exc))
         finally:
             os._exit(code)
     try:
-        code = _run_user_code(req, rank, ctl_fd, main)
+        code = _run_user_code(task.request, ctl_fd, main)
     finally:
         try:
             sys.stdout.flush()
@@ -137,20 +153,20 @@ def run_rank(req: dict, rank: int, fds: tuple[int, ...]) -> None:
         os._exit(code)
 
 
-def _run_user_code(req: dict, rank: int, ctl_fd: int, main: types.ModuleType) -> int:
+def _run_user_code(req: LaunchRequest, ctl_fd: int, main: types.ModuleType) -> int:
     import torch
 
-    torch.set_num_threads(req["threads"])
-    if req["backend"] == "nccl" and torch.cuda.is_available():
+    torch.set_num_threads(req.threads)
+    if req.backend == "nccl" and torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))  # its node's GPU of that number
 
     value = None
     try:
-        if req["kind"] == "call":
-            fn, args, kwargs = pickle.loads(req["payload"])
+        if isinstance(req.work, Call):
+            fn, args, kwargs = pickle.loads(req.work.pickled)
             value = fn(*args, **kwargs)
         else:
-            value = _run_cell(req, main)
+            _run_cell(req.work, main)
     except SystemExit as exc:
         if exc.code not in (None, 0):
             write_message(ctl_fd, _error_message(exc))
@@ -162,27 +178,24 @@ def _run_user_code(req: dict, rank: int, ctl_fd: int, main: types.ModuleType) ->
     try:
         payload = dumps(value, cpu_tensors=True)
     except Exception as exc:
-        err = _error_message(exc)
-        err["message"] = (
+        message = (
             f"the return value ({type(value).__name__}) could not be sent back to the "
             f"notebook: {exc}. Return plain data (numbers, lists, dicts, tensors)."
         )
-        write_message(ctl_fd, err)
+        write_message(ctl_fd, _error_message(exc, message))
         return 1
-    write_message(ctl_fd, {"kind": "result", "value": payload})
+    write_message(ctl_fd, RankResult(payload))
     # The caller ends the process with os._exit: no interpreter teardown runs, so gloo and
     # DDP objects are never destroyed at exit, which is where their "terminate called
     # without an active exception" abort comes from.
     return 0
 
 
-def _run_cell(req: dict, main: types.ModuleType) -> None:
+def _run_cell(cell: Cell, main: types.ModuleType) -> None:
     namespace = main.__dict__
-    for name, blob in req["namespace"].items():
+    for name, blob in cell.namespace.items():
         try:
             namespace[name] = pickle.loads(blob)
         except Exception:  # a name the cell may not even use: leave it out
             pass
-    code = compile(req["payload"], req["filename"], "exec")
-    exec(code, namespace)
-    return None
+    exec(compile(cell.source, cell.filename, "exec"), namespace)

@@ -9,8 +9,20 @@ import signal
 import time
 
 from . import wire
-from .failures import RankRecord
+from .failures import RankRecord, RunEnd
 from .output import STREAMS, OutputRouter
+from .protocol import (
+    Exited,
+    LaunchRequest,
+    ProtocolError,
+    RankError,
+    RankResult,
+    Refused,
+    Signal,
+    Started,
+    StartFailed,
+    expect,
+)
 
 
 class _Rank:
@@ -45,14 +57,14 @@ class Run:
 
     GRACE = 0.2  # seconds between the first failure and stopping the other ranks
 
-    def __init__(self, zygote, req: dict, nprocs: int, timeout: float | None, router: OutputRouter):
+    def __init__(self, zygote, req: LaunchRequest, timeout: float | None, router: OutputRouter):
         self.zygote = zygote
         self.req = req
-        self.id = req["id"]
-        self.nprocs = nprocs
+        self.id = req.id
+        self.nprocs = req.nprocs
         self.timeout = timeout
         self.router = router
-        self.ranks = [_Rank(r) for r in range(nprocs)]
+        self.ranks = [_Rank(r) for r in range(self.nprocs)]
         self.fds: dict[int, tuple[int, str]] = {}
         self.sel = selectors.DefaultSelector()
         self.phase = "starting"
@@ -64,9 +76,10 @@ class Run:
         self.timed_out = False
         self.interrupted = False
         self.launcher_died = False
-        # The zygote's "failed": a rank it could not fork ({"rank", "error", "nproc_limit"});
-        # it stopped the ranks already forked, and stays up.
-        self.start_failure: dict | None = None
+        # A message the kernel, the zygote or a rank could not read (protocol.expect).
+        self.protocol_error: str | None = None
+        # A rank the zygote could not fork; it stopped the ranks already forked, and stays up.
+        self.start_failure: StartFailed | None = None
         self.done = False
 
     @property
@@ -74,6 +87,18 @@ class Run:
         for state in self.ranks:
             state.record.stack = bytes(state.stack).decode("utf-8", "replace")
         return [state.record for state in self.ranks]
+
+    def end(self) -> RunEnd:
+        """How the run ended, for failures.run_error to judge."""
+        return RunEnd(
+            nprocs=self.nprocs,
+            records=self.records,
+            timeout=self.timeout,
+            timed_out=self.timed_out,
+            start_failure=self.start_failure,
+            launcher_died=self.launcher_died,
+            protocol_error=self.protocol_error,
+        )
 
     # -- start
 
@@ -138,6 +163,9 @@ class Run:
         if self.start_failure is not None:  # no rank of this run is left to wait for
             self._finish()
             return
+        if self.protocol_error is not None:
+            self.kill()
+            return
         # Past this, a rank that was SIGKILLed and never reported means the zygote is wedged.
         give_up = 1.5 if self.interrupted else 5.0
         if self.killed and now - self.stop_sent_at > give_up:
@@ -150,10 +178,14 @@ class Run:
                 self._finish()
                 return
         for key, _ in self.sel.select(timeout=0.05):
-            if key.fileobj is self.zygote.sock:
-                self._on_zygote_message()
-            else:
-                self._on_pipe(key.fd)
+            try:
+                if key.fileobj is self.zygote.sock:
+                    self._on_zygote_message()
+                else:
+                    self._on_pipe(key.fd)
+            except ProtocolError as exc:  # the next step stops the ranks
+                self.protocol_error = str(exc)
+                return
         self._check_failure()
 
     def _open_output(self) -> bool:
@@ -168,21 +200,27 @@ class Run:
             return
         for fd in fds:
             os.close(fd)
-        if msg.get("id") != self.id:
+        msg = expect(msg, Started, Exited, StartFailed, Refused, sender="the launcher's helper")
+        if isinstance(msg, Refused):
+            raise ProtocolError(msg.error)
+        if msg.id != self.id:
             return
-        if msg["op"] == "started":
+        if isinstance(msg, Started):
             if self.phase == "requested":
                 self.phase = "running"
             if self.timeout is not None:
                 self.deadline = time.monotonic() + self.timeout
-        elif msg["op"] == "exit":
-            state = self.ranks[msg["rank"]]
-            state.status = msg["status"]
-            state.record.exitcode = os.waitstatus_to_exitcode(msg["status"])
-            state.record.exited_at = time.monotonic()
-            state.record.stopped = self.stop_sent_at is not None
-        elif msg["op"] == "failed":
+        elif isinstance(msg, Exited):
+            self._on_exit(msg)
+        else:
             self.start_failure = msg
+
+    def _on_exit(self, msg: Exited) -> None:
+        state = self.ranks[msg.rank]
+        state.status = msg.status
+        state.record.exitcode = os.waitstatus_to_exitcode(msg.status)
+        state.record.exited_at = time.monotonic()
+        state.record.stopped = self.stop_sent_at is not None
 
     def _on_pipe(self, fd: int) -> None:
         rank, kind = self.fds[fd]
@@ -204,9 +242,10 @@ class Run:
             self.router.feed(rank, kind, data)
         elif kind == "ctl":
             for msg in state.ctl.feed(data):
-                if msg["kind"] == "result":
-                    state.record.result = msg["value"]
-                elif msg["kind"] == "error":
+                msg = expect(msg, RankResult, RankError, sender=f"rank {rank}")
+                if isinstance(msg, RankResult):
+                    state.record.result = msg.value
+                else:
                     state.record.error = msg
         else:
             state.stack += data
@@ -246,9 +285,7 @@ class Run:
 
     def _signal(self, sig: int, group: bool = True) -> None:
         try:
-            wire.send(
-                self.zygote.sock, {"op": "signal", "id": self.id, "signal": sig, "group": group}
-            )
+            wire.send(self.zygote.sock, Signal(self.id, sig, group))
         except OSError:
             self.launcher_died = True
 

@@ -10,79 +10,96 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+
+from ..i18n import messages
 
 # torch releases the launcher is tested with: the lock's, and those `make compat` installs
 # (docs/development.md, "torch versions"). Another release works, with a warning (peer_text).
 KNOWN_GOOD = ("2.8.0", "2.13.0", "2.15.0")
 
-MESSAGES = {
-    "fallback": "[ddp_helpers] warning: {what} is not usable ({why}); {lost}",
-    "disabled": "switched off by DDP_HELPERS_DISABLE",
-    "missing": "torch {version} has no such thing",
-    "signature": "its arguments are ({found}) in torch {version}, not ({expected})",
-    "untested": "torch {version} is not among the releases this was checked with ({known})",
-}
+MESSAGES = messages(
+    "launcher.torch_compat",
+    {
+        "fallback": "[ddp_helpers] warning: {what} is not usable ({why}); {lost}",
+        "disabled": "switched off by DDP_HELPERS_DISABLE",
+        "missing": "torch {version} has no such thing",
+        "signature": "its arguments are ({found}) in torch {version}, not ({expected})",
+        "untested": "torch {version} is not among the releases this was checked with ({known})",
+        "no_effect": "applied in torch {version}, it changes nothing",
+        "no_error": "torch {version} raises no error there",
+        "other_text": "torch {version} says: {said}",
+    },
+)
 
 
 @dataclass(frozen=True)
 class Touchpoint:
-    """One internal of torch the launcher uses: what, why, and what its fallback loses."""
+    """One internal of torch the launcher uses: what, and what its fallback loses."""
 
     name: str
     what: str
-    purpose: str
     lost: str
 
 
 TOUCHPOINTS = {
     t.name: t
     for t in (
+        # Rank 0 serves the process group's store on the socket the launcher bound to
+        # 127.0.0.1 before any rank started: no port race, no store reachable from the
+        # network, and a lesson's own MASTER_PORT=12355 never collides with another notebook.
         Touchpoint(
             "rendezvous_store",
             "torch.distributed.rendezvous._create_c10d_store",
-            "rank 0 serves the process group's store on the socket the launcher bound to "
-            "127.0.0.1 before any rank started: no port race, no store reachable from the "
-            "network, and a lesson's own MASTER_PORT=12355 never collides with another notebook",
             "torch creates the store itself on MASTER_PORT: it listens on every interface, and "
             "a MASTER_PORT the notebook sets is used as it is",
         ),
+        # The store takes over the launcher's listening socket (libuv store, torch >= 2.8).
         Touchpoint(
             "listen_fd",
             "TCPStore(master_listen_fd=...)",
-            "the store takes over the launcher's listening socket (libuv store, torch >= 2.8)",
             "torch creates the store itself on MASTER_PORT: it listens on every interface, and "
             "a MASTER_PORT the notebook sets is used as it is",
         ),
+        # DDP imports torch._dynamo when a model is wrapped; the launcher's helper imports
+        # it once, while idle, so that no rank pays 1-2 s for it (warm_modules).
         Touchpoint(
             "dynamo_preload",
             "torch._dynamo",
-            "DDP imports it when a model is wrapped; the launcher's helper imports it once, "
-            "while idle, so that no rank pays 1-2 s for it",
             "the first DDP(...) in every rank takes 1-2 s longer",
         ),
+        # A short GIL switch interval and a few ms with the GIL let go before a gloo group
+        # is freed (in destroy_process_group() after a backward, or with a DDP model) avoid
+        # a deadlock between gloo's worker thread and the main thread (torch 2.13, under
+        # load).
         Touchpoint(
             "teardown_pause",
             "torch.distributed.destroy_process_group",
-            "a short GIL switch interval and a few ms with the GIL let go before a gloo group "
-            "is freed (in destroy_process_group() or with a DDP model) avoid a deadlock "
-            "between gloo's worker thread and the main thread (torch 2.13, under load)",
             "a rank that frees a DDP model right after destroy_process_group() can hang until "
             "the launch's timeout",
         ),
+        # TORCH_DISTRIBUTED_DEBUG set in the notebook takes effect in the ranks (torch reads
+        # it once, at import, in the launcher's helper).
         Touchpoint(
             "debug_level",
             "torch.distributed.set_debug_level_from_env",
-            "TORCH_DISTRIBUTED_DEBUG set in the notebook takes effect in the ranks (torch reads "
-            "it once, at import, in the launcher's helper)",
             "TORCH_DISTRIBUTED_DEBUG only takes effect if it was set before the first launch",
         ),
+        # Tells a rank that failed because a peer died (a victim) from the rank that caused
+        # it, and a collective mismatch from other crashes.
         Touchpoint(
             "peer_text",
             "gloo's and c10d's error text ('Connection reset/closed by peer', 'distributed_c10d')",
-            "tells a rank that failed because a peer died (a victim) from the rank that caused "
-            "it, and a collective mismatch from other crashes",
             "the earliest failure is blamed, which may be a victim",
+        ),
+        # Lesson 04's load check tells a checkpoint loaded without map_location (its tensors
+        # saved on a GPU this machine lacks) from the answer's other errors by torch's text.
+        Touchpoint(
+            "load_device_text",
+            "torch.load's error text for a device this machine lacks ('deserialize object on')",
+            "lesson 04's load check shows torch's own error, not its hint, for a checkpoint "
+            "loaded without map_location",
         ),
     )
 }
@@ -90,6 +107,16 @@ TOUCHPOINTS = {
 # Error text of gloo and c10d the blame relies on (touchpoint "peer_text").
 PEER_GONE = "by peer"  # gloo: "Connection reset by peer", "Connection closed by peer"
 C10D_FRAME = "distributed_c10d"  # in the stack of a rank that aborted inside a collective
+
+# torch.load's error for a tensor saved on a device this machine lacks (touchpoint
+# "load_device_text"): "Attempting to deserialize object on a CUDA device but ...".
+MISSING_DEVICE = "deserialize object on"
+
+
+def is_missing_device(exc: BaseException) -> bool:
+    """True for torch.load's error on a tensor saved on a device this machine lacks."""
+    return isinstance(exc, RuntimeError) and MISSING_DEVICE in str(exc)
+
 
 # Lines torch prints on a rank's stdout that say nothing to a learner: the launcher drops them.
 # torch 2.8's gloo, at every init_process_group: "[Gloo] Rank 0 is connected to 1 peer ranks.
@@ -151,24 +178,107 @@ def _check_dynamo_preload() -> str | None:
 
 
 def _check_teardown_pause() -> str | None:
+    """Apply the pause here: destroy_process_group() must not wait while nothing was
+    stashed, and must wait GIL_HANDOVER_S once something was (stashed and removed again
+    through torch's own calls: no torch op runs in the launcher's helper); then undo it.
+    backward() must still stash through the attribute the pause wraps."""
+    import inspect
+    import time
+
+    import torch
+    import torch.autograd.graph as graph
     import torch.distributed as dist
 
     if not callable(getattr(dist, "destroy_process_group", None)):
         return MESSAGES["missing"].format(version=_version())
+    if not callable(getattr(torch._C, "_stash_obj_in_tls", None)) or not callable(
+        getattr(torch._C, "_remove_obj_from_tls", None)
+    ):
+        return MESSAGES["missing"].format(version=_version())
+    try:
+        source = inspect.getsource(graph._engine_run_backward)
+    except (AttributeError, OSError, TypeError):
+        return MESSAGES["missing"].format(version=_version())
+    if "torch._C._stash_obj_in_tls(" not in source:
+        return MESSAGES["no_effect"].format(version=_version())
+
+    def destroy_seconds() -> float:
+        start = time.monotonic()
+        try:
+            dist.destroy_process_group()  # no group exists: torch refuses, after any pause
+        except (AssertionError, ValueError, RuntimeError):
+            pass
+        return time.monotonic() - start
+
+    undo = pause_after_destroy()
+    try:
+        if destroy_seconds() >= GIL_HANDOVER_S:  # nothing stashed: no pause
+            return MESSAGES["no_effect"].format(version=_version())
+        torch._C._stash_obj_in_tls("ddp_helpers_check", None)
+        torch._C._remove_obj_from_tls("ddp_helpers_check")
+        if destroy_seconds() < GIL_HANDOVER_S:
+            return MESSAGES["no_effect"].format(version=_version())
+    finally:
+        undo()
     return None
 
 
 def _check_debug_level() -> str | None:
+    """Set TORCH_DISTRIBUTED_DEBUG, read the level back, then put both back as they were."""
     import torch.distributed as dist
 
     if not callable(getattr(dist, "set_debug_level_from_env", None)):
         return MESSAGES["missing"].format(version=_version())
+    before, level = os.environ.get("TORCH_DISTRIBUTED_DEBUG"), dist.get_debug_level()
+    os.environ["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
+    try:
+        dist.set_debug_level_from_env()
+        if dist.get_debug_level() != dist.DebugLevel.DETAIL:
+            return MESSAGES["no_effect"].format(version=_version())
+    finally:
+        if before is None:
+            del os.environ["TORCH_DISTRIBUTED_DEBUG"]
+        else:
+            os.environ["TORCH_DISTRIBUTED_DEBUG"] = before
+        dist.set_debug_level(level)
     return None
 
 
 def _check_peer_text() -> str | None:
     if _version() not in KNOWN_GOOD:
         return MESSAGES["untested"].format(version=_version(), known=", ".join(KNOWN_GOOD))
+    return None
+
+
+def _check_load_device_text() -> str | None:
+    """Load a saved tensor onto cuda:99 with torch told there is no CUDA, then no such GPU.
+
+    Those are the two errors a checkpoint saved on a GPU gets where that GPU is missing
+    (a machine without CUDA, or with fewer GPUs). torch is told, not asked: asking the
+    CUDA driver here would keep every rank forked from this process from using CUDA.
+    """
+    import io
+
+    import torch
+
+    saved = io.BytesIO()
+    torch.save(torch.zeros(1), saved)
+    cuda = torch.cuda
+    real = cuda.is_available, cuda.device_count
+    try:
+        for available in (False, True):
+            cuda.is_available, cuda.device_count = (lambda a=available: a), (lambda: 0)
+            saved.seek(0)
+            try:
+                torch.load(saved, map_location="cuda:99")
+            except Exception as exc:  # noqa: BLE001 - whatever it raises is what is checked
+                if not is_missing_device(exc):
+                    said = f"{type(exc).__name__}: {exc}"
+                    return MESSAGES["other_text"].format(version=_version(), said=said)
+            else:
+                return MESSAGES["no_error"].format(version=_version())
+    finally:
+        cuda.is_available, cuda.device_count = real
     return None
 
 
@@ -179,6 +289,7 @@ _CHECKS = {
     "teardown_pause": _check_teardown_pause,
     "debug_level": _check_debug_level,
     "peer_text": _check_peer_text,
+    "load_device_text": _check_load_device_text,
 }
 
 
@@ -208,6 +319,16 @@ def warnings(results: dict[str, str | None]) -> list[str]:
 
 def usable(results: dict[str, str | None], name: str) -> bool:
     return results.get(name) is None
+
+
+def warm_modules(results: dict[str, str | None]) -> tuple[str, ...]:
+    """What the zygote imports once it is idle, so that no rank imports it (dynamo_preload).
+
+    DDP imports torch._dynamo when a model is wrapped: 1-2 s in each rank that does it.
+    """
+    if not usable(results, "dynamo_preload"):
+        return ()
+    return ("torch._dynamo", "torch.nn.parallel.distributed")
 
 
 # ---------------------------------------------------------------- used in a rank
@@ -260,39 +381,56 @@ _LOOPBACK = {"localhost", "127.0.0.1", "::1", "0.0.0.0", ""}
 GIL_HANDOVER_S = 0.005
 
 
-def pause_after_destroy() -> None:
+def pause_after_destroy() -> Callable[[], None]:
     """Work around a torch 2.13 hang when a gloo process group is freed (seen under load).
 
-    Every backward() stashes a Python object in thread-local state, and each gloo work
-    launched after it captures that state. gloo's worker thread frees a finished work,
-    which needs the GIL, a moment after the work completes. If the main thread frees the
-    process group first, it joins that worker while holding the GIL: a deadlock (seen with
-    gdb: `~ProcessGroupGloo` joining in the main thread, the worker in `~AsyncWork`
-    waiting for the GIL). The group is freed in destroy_process_group() or, when a DDP
-    model still holds it, when that model is freed. So the main thread hands over the GIL
-    (sleeps a few ms, with a short switch interval) before destroy_process_group() and
-    before a DDP model is finalized: the worker finishes first. The pause after destroy
-    stays for gloo's threads that let go of the group itself.
+    Every backward() stashes a Python object in thread-local state (torch.autograd.graph.
+    _engine_run_backward: `torch._C._stash_obj_in_tls("context", ...)`), and each gloo work
+    launched while it is there (DDP's all-reduces, inside backward) captures that state.
+    gloo's worker thread frees a finished work, which then needs the GIL, a moment after the
+    work completes. If the main thread frees the process group first, it joins that worker
+    while holding the GIL: a deadlock (seen with gdb: `~ProcessGroupGloo` joining in the
+    main thread, the worker in `~AsyncWork` waiting for the GIL). The group is freed in
+    destroy_process_group() or, when a DDP model still holds it, when that model is freed.
+    So the main thread hands over the GIL (sleeps a few ms, with a short switch interval)
+    before destroy_process_group() and before a DDP model is finalized: the worker finishes
+    first. The pause after destroy stays for gloo's threads that let go of the group itself.
+    A rank that never stashed an object (no backward: most lessons' launches) has no such
+    work, and destroys at once. Returns what undoes it all (for the self-check).
     """
     import functools
     import sys
     import time
 
+    import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
+    interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-4)
     real_destroy = dist.destroy_process_group
+    real_stash = torch._C._stash_obj_in_tls
+    stashed = []  # non-empty once a Python object went into thread-local state
+
+    @functools.wraps(real_stash)
+    def stash_obj_in_tls(*args, **kwargs):
+        if not stashed:
+            stashed.append(True)
+        return real_stash(*args, **kwargs)
 
     @functools.wraps(real_destroy)
     def destroy_process_group(*args, **kwargs):
+        if not stashed:
+            return real_destroy(*args, **kwargs)
         time.sleep(GIL_HANDOVER_S)  # gloo's workers drop their finished works first
         result = real_destroy(*args, **kwargs)
         time.sleep(0.001)  # releases the GIL: gloo's threads drop their last references
         return result
 
+    torch._C._stash_obj_in_tls = stash_obj_in_tls
     dist.destroy_process_group = destroy_process_group
     real_del = getattr(DistributedDataParallel, "__del__", None)
+    own_del = DistributedDataParallel.__dict__.get("__del__")
 
     def __del__(self):  # noqa: N807 - runs before the model's reducer and group are freed
         time.sleep(GIL_HANDOVER_S)
@@ -300,6 +438,17 @@ def pause_after_destroy() -> None:
             real_del(self)
 
     DistributedDataParallel.__del__ = __del__
+
+    def undo() -> None:
+        sys.setswitchinterval(interval)
+        torch._C._stash_obj_in_tls = real_stash
+        dist.destroy_process_group = real_destroy
+        if own_del is None:
+            del DistributedDataParallel.__del__
+        else:
+            DistributedDataParallel.__del__ = own_del
+
+    return undo
 
 
 def debug_level_from_environment() -> None:

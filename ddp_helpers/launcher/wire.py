@@ -1,4 +1,7 @@
-"""Length-prefixed pickle messages between the kernel, the zygote and the ranks."""
+"""Length-prefixed pickle messages between the kernel, the zygote and the ranks.
+
+What they say is typed in protocol.py; this module only frames and carries them.
+"""
 
 from __future__ import annotations
 
@@ -40,10 +43,6 @@ class MessageReader:
             out.append(pickle.loads(bytes(self._buf[_HEADER.size : end])))
             del self._buf[:end]
         return out
-
-    @property
-    def partial(self) -> bool:
-        return bool(self._buf)
 
 
 # Sent ahead of a message with more than MAX_FDS descriptors, carrying MAX_FDS of them

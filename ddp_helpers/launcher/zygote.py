@@ -25,11 +25,19 @@ from ..procs import (
     signal_group,
 )
 from . import torch_compat, wire
-
-# Imported when the zygote is first idle, not before its first launch: DDP touches
-# torch._dynamo on construction, which costs each rank 1-2 s to import on its own
-# (touchpoint "dynamo_preload").
-WARM = ("torch._dynamo", "torch.nn.parallel.distributed")
+from .protocol import (
+    BecomeRank,
+    Broken,
+    Exited,
+    LaunchRequest,
+    ProtocolError,
+    Ready,
+    Refused,
+    Signal,
+    Started,
+    StartFailed,
+    expect,
+)
 
 # Modules the lessons use, imported once here so no rank pays for them.
 PRELOAD = (
@@ -133,13 +141,14 @@ class Zygote:
                 spare.close()
             launch_id, rank = self.children.pop(pid, (None, None))
             if launch_id is not None:
-                self.reply({"op": "exit", "id": launch_id, "rank": rank, "status": status})
+                self.reply(Exited(launch_id, rank, status))
 
     def warm_up(self) -> None:
         """Import, while idle, what DDP imports lazily (torch._dynamo: 1-2 s per rank)."""
         import importlib
 
-        for name in WARM if torch_compat.usable(self.compat, "dynamo_preload") else ():
+        # Not before the first launch: that one would wait for it.
+        for name in torch_compat.warm_modules(self.compat):
             try:
                 importlib.import_module(name)
             except Exception:  # an optional speed-up: a rank imports it itself if need be
@@ -176,7 +185,7 @@ class Zygote:
             sock.close()
             from .rank import run_rank
 
-            run_rank(msg["req"], msg["rank"], tuple(fds))
+            run_rank(msg, tuple(fds))  # it checks the message: it can report a bad one
         finally:
             os._exit(70)
 
@@ -197,27 +206,29 @@ class Zygote:
         except OSError:
             pass
 
-    def handle(self, msg: dict, fds: list[int]) -> None:
-        op = msg["op"]
-        if op == "launch":
-            self.launch(msg, fds)
-        elif op == "signal":
-            self.signal(msg["id"], msg["signal"], msg.get("group", True))
+    def handle(self, msg, fds: list[int]) -> None:
+        try:
+            msg = expect(msg, LaunchRequest, Signal, sender="the kernel")
+        except ProtocolError as exc:
+            self.reply(Refused(str(exc)))
+        else:
+            if isinstance(msg, LaunchRequest):
+                self.launch(msg, fds)
+            else:
+                self.signal(msg)
         for fd in fds:
             try:
                 os.close(fd)
             except OSError:
                 pass
 
-    def launch(self, req: dict, fds: list[int]) -> None:
-        nprocs = req["nprocs"]
-        req["zygote_pid"] = os.getpid()
-        req["compat"] = self.compat
+    def launch(self, req: LaunchRequest, fds: list[int]) -> None:
+        nprocs = req.nprocs
         self.pool_size = min(nprocs, self.MAX_SPARES)
         pids = []
         # Test-only: the rank named here cannot be forked (EAGAIN, as under RLIMIT_NPROC,
         # which root, who runs the tests, is exempt from). tests/test_faults.py sets it.
-        fork_fails_at = req["env"].get("DDP_HELPERS_TEST_FORK_FAILS_AT")
+        fork_fails_at = req.env.get("DDP_HELPERS_TEST_FORK_FAILS_AT")
         rank = 0
         try:
             for rank in range(nprocs):
@@ -225,13 +236,14 @@ class Zygote:
                     raise BlockingIOError(errno.EAGAIN, os.strerror(errno.EAGAIN))
                 # Four pipes per rank; rank 0 also gets the store's listening socket.
                 mine = tuple(fds[4 * rank : 4 * rank + 4]) + (tuple(fds[-1:]) if rank == 0 else ())
-                pid = self._use_spare(req, rank, mine)
+                task = BecomeRank(req, rank)
+                pid = self._use_spare(task, mine)
                 if pid is None:
                     pid = os.fork()
                     if pid == 0:
-                        self._become_rank(req, rank, mine, fds)
+                        self._become_rank(task, mine, fds)
                     lead_group(pid)
-                self.children[pid] = (req["id"], rank)
+                self.children[pid] = (req.id, rank)
                 pids.append(pid)
         except OSError as exc:
             # Rank `rank` could not be forked (a process limit, no memory): stop and reap
@@ -245,23 +257,15 @@ class Zygote:
                     os.waitpid(pid, 0)
                 except ChildProcessError:
                     pass
-            self.reply(
-                {
-                    "op": "failed",
-                    "id": req["id"],
-                    "rank": rank,
-                    "error": str(exc),
-                    "nproc_limit": nproc_limit(),
-                }
-            )
+            self.reply(StartFailed(req.id, rank, str(exc), nproc_limit()))
             return
-        self.reply({"op": "started", "id": req["id"]})
+        self.reply(Started(req.id))
 
-    def _use_spare(self, req, rank, fds) -> int | None:
+    def _use_spare(self, task: BecomeRank, fds) -> int | None:
         while self.spares:
             pid, sock = self.spares.popitem()
             try:
-                wire.send(sock, {"req": req, "rank": rank}, fds)
+                wire.send(sock, task, fds)
             except OSError:  # it died while waiting: reaped later, try the next one
                 continue
             finally:
@@ -269,7 +273,7 @@ class Zygote:
             return pid
         return None
 
-    def _become_rank(self, req, rank, mine, all_fds) -> None:
+    def _become_rank(self, task: BecomeRank, mine, all_fds) -> None:
         try:
             self._close_inherited()
             for fd in all_fds:
@@ -277,18 +281,18 @@ class Zygote:
                     os.close(fd)
             from .rank import run_rank
 
-            run_rank(req, rank, mine)
+            run_rank(task, mine)
         finally:
             os._exit(70)
 
-    def signal(self, launch_id, sig: int, group: bool) -> None:
+    def signal(self, msg: Signal) -> None:
         for pid, (lid, _rank) in list(self.children.items()):
-            if lid == launch_id:
-                if group:
-                    signal_group(pid, sig)
+            if lid == msg.id:
+                if msg.group:
+                    signal_group(pid, msg.signal)
                 else:
                     try:
-                        os.kill(pid, sig)
+                        os.kill(pid, msg.signal)
                     except ProcessLookupError:
                         pass
 
@@ -306,22 +310,12 @@ def main() -> None:
 
         for name in PRELOAD:
             importlib.import_module(name)
-        import torch
-
         load_libc()
         set_process_name("ddp-zygote")
         compat = torch_compat.check()
-
-        ready = {
-            "op": "ready",
-            "pid": os.getpid(),
-            "gpus": _count_gpus(),
-            "torch": str(torch.__version__),  # a plain str: unpickling must not import torch
-            "cuda_built": torch.backends.cuda.is_built(),
-            "compat": compat,
-        }
+        ready = Ready(gpus=_count_gpus(), compat=compat)
     except BaseException as exc:  # tell the kernel why, instead of dying silently
-        wire.send(sock, {"op": "broken", "error": f"{type(exc).__name__}: {exc}"})
+        wire.send(sock, Broken(f"{type(exc).__name__}: {exc}"))
         return
     # Everything imported so far lives as long as the zygote: keep the collector off it, so
     # that a rank's collections do not walk (and copy-on-write touch) all of torch.

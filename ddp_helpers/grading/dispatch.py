@@ -1,0 +1,175 @@
+"""The grader's side of one submission: start its worker process (worker.py), supervise it
+up to a backstop deadline, and turn the Outcome it prints into the submission's Row.
+
+Runs in the grader, once per submission (the batch's threads call grade_one). Whatever
+goes wrong with the worker (killed from outside, stuck, a bug) costs that row only, and
+nothing the worker started survives it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+from ..exercises._core import CheckStatus
+from ..procs import describe_exit, stop_tree, supervise, with_this_package
+from .results import Event, ExerciseScore, Outcome, Row, Status, Submission
+from .sandbox import Confinement
+from .scorer import MIN_CHECK_LIMIT
+from .worker import KERNEL_START_LIMIT
+
+WORKER_GRACE = 15.0  # seconds a stopped worker gets to kill what it started and clean up
+
+MESSAGES = {
+    "worker_failed": (
+        "The grader itself failed on this submission ({how}); please report it with this "
+        "output:\n{output}"
+    ),
+    "grader_raised": (
+        "The grader itself failed on this submission; please report it with this error: {error}"
+    ),
+    "worker_killed": (
+        "The process grading this submission was {how} from outside (the out-of-memory "
+        "killer, if the notebook used too much memory); everything it had started was "
+        "stopped. Grade it again on its own to see whether it repeats."
+    ),
+    "worker_stuck": (
+        "The grader stopped this submission after {limit:g} s in all (the notebook's limit "
+        "plus every exercise's)."
+    ),
+}
+
+
+def grade_one(
+    sub: Submission,
+    timeout: float,
+    cancel: threading.Event | None = None,
+    tmp_root: str | None = None,
+    confinement: Confinement | None = None,
+) -> Row:
+    """Grade one submission in a worker process; always returns its Row, never raises."""
+    from ..exercises import exercises_of
+
+    if sub.problem is not None:
+        return Row.invalid(sub)
+    started = time.monotonic()
+    exercises = exercises_of(sub.lesson)
+    # Backstop only: the worker enforces the limits itself and reports on them.
+    limit = KERNEL_START_LIMIT + timeout + len(exercises) * max(timeout, MIN_CHECK_LIMIT) + 120
+    try:
+        conf = confinement or Confinement()
+        outcome, failure = _run_worker(sub, timeout, limit, cancel, tmp_root, conf)
+    except Exception as exc:  # noqa: BLE001 - the grader's own trouble costs this row only
+        outcome = None
+        failure = MESSAGES["grader_raised"].format(error=f"{type(exc).__name__}: {exc}")
+    seconds = time.monotonic() - started
+    if outcome is None:
+        scores = [
+            ExerciseScore(ex.id, ex.name, ex.points, CheckStatus.ERROR, mistake="not_scored")
+            for ex in exercises
+        ]
+        return Row(sub, Status.ERROR, scores, [Event("grader", failure)], seconds)
+    return Row(
+        sub,
+        outcome.status,
+        outcome.exercises,
+        outcome.events,
+        seconds,
+        outcome.run_seconds,
+        outcome.score_seconds,
+    )
+
+
+def _run_worker(
+    sub, timeout, limit, cancel, tmp_root, conf: Confinement
+) -> tuple[Outcome | None, str | None]:
+    """(the worker's outcome, None) or (None, why there is none); nothing it started survives."""
+    env = with_this_package(dict(os.environ))
+    if tmp_root is not None:
+        env["TMPDIR"] = tmp_root  # the worker's folder is made in the batch's own
+    env["DDP_HELPERS_GRADER_PID"] = str(os.getpid())
+    proc = subprocess.Popen(
+        [sys.executable, "-P", "-m", "ddp_helpers.grading.worker"]
+        + [str(sub.path), sub.lesson, repr(float(timeout)), json.dumps(conf.to_json())],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # Ctrl-C reaches the grader, which stops the workers itself
+        env=env,
+    )
+    seen: dict[int, float] = {}  # the worker's descendants, should it die without cleaning up
+    try:
+        output = _wait_for_worker(proc, limit, cancel, seen)
+        if output is None:
+            return None, MESSAGES["worker_stuck"].format(limit=limit)
+        return _outcome_of(proc, *output)
+    finally:
+        stop_tree(proc, WORKER_GRACE)  # SIGTERM: the worker cleans up itself, if it can
+        _kill_remembered(seen)
+
+
+def _wait_for_worker(proc, limit: float, cancel, seen: dict) -> tuple[bytes, bytes] | None:
+    """The worker's (stdout, stderr), or None past limit or on cancel; its descendants are
+    noted in `seen` meanwhile."""
+    import psutil
+
+    output: list[bytes] = []
+
+    def finished(wait: float) -> bool:
+        try:
+            output[:] = proc.communicate(timeout=wait)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+    def note_descendants() -> None:
+        try:
+            for p in psutil.Process(proc.pid).children(recursive=True):
+                seen.setdefault(p.pid, p.create_time())
+        except psutil.Error:
+            pass
+
+    end = time.monotonic() + limit
+
+    def deadline() -> float:
+        return 0.0 if cancel is not None and cancel.is_set() else end  # as past the limit
+
+    ended = supervise(proc, finished, deadline, note_descendants, tick=0.5)
+    if ended == "late":
+        return None
+    if ended == "exited" and not finished(10):  # its last words, unless an orphan holds a pipe
+        return b"", b""
+    return output[0], output[1]
+
+
+def _outcome_of(proc, out: bytes, err: bytes) -> tuple[Outcome | None, str | None]:
+    """The Outcome the worker printed last, or why there is none (how it ended, its stderr)."""
+    try:
+        line = out.decode(errors="replace").strip().splitlines()[-1]
+        return Outcome.from_json(json.loads(line)), None
+    except (IndexError, json.JSONDecodeError, KeyError, TypeError):
+        if proc.returncode < 0:  # killed from outside: the out-of-memory killer, or a person
+            return None, MESSAGES["worker_killed"].format(how=describe_exit(proc.returncode))
+        tail = "\n".join(err.decode(errors="replace").strip().splitlines()[-20:])
+        how = describe_exit(proc.returncode)
+        return None, MESSAGES["worker_failed"].format(how=how, output=tail)
+
+
+def _kill_remembered(seen: dict) -> None:
+    """Kill what a worker had started, if it outlived the worker (a worker killed by OOM)."""
+    import psutil
+
+    alive = []
+    for pid, created in seen.items():
+        try:
+            p = psutil.Process(pid)
+            if p.create_time() == created:
+                p.kill()
+                alive.append(p)
+        except psutil.Error:
+            continue
+    psutil.wait_procs(alive, timeout=5)

@@ -1,0 +1,181 @@
+"""The Japanese edition: built from the English, in step with it, and speaking Japanese."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from ddp_helpers import i18n
+from ddp_helpers.authoring import translations
+from ddp_helpers.authoring.build import LANGUAGE_TAG, build_lessons
+
+ROOT = Path(__file__).resolve().parent.parent
+ENGLISH = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
+
+
+def _ja(path: Path) -> Path:
+    return path.parent / "ja" / path.name
+
+
+@pytest.mark.parametrize("path", ENGLISH, ids=lambda p: p.name[:2])
+def test_the_japanese_solution_has_the_english_code_and_translates_every_markdown_cell(path):
+    english = nbformat.read(path, as_version=4)
+    japanese = nbformat.read(_ja(path), as_version=4)
+    assert japanese.metadata["language"] == "ja"
+    own = [c for c in japanese.cells if LANGUAGE_TAG not in c.metadata.get("tags", [])]
+    assert [c.get("id") for c in own] == [c.get("id") for c in english.cells]
+    for en, ja in zip(english.cells, own, strict=True):
+        assert en.cell_type == ja.cell_type, en.get("id")
+        if en.cell_type == "code":
+            assert ja.source == en.source, f"{path.name}, cell {en.get('id')}: code differs"
+        else:
+            assert ja.metadata["ddp_basics"]["translates"] == translations.text_hash(en.source)
+            assert sum(map(_is_japanese, ja.source)) > len(ja.source) / 5, en.get("id")
+
+
+def _is_japanese(ch: str) -> bool:
+    return "\u3040" <= ch <= "\u30ff" or "\u4e00" <= ch <= "\u9fff"
+
+
+def _copy_course(tmp_path: Path) -> Path:
+    for folder in ("solutions", "lessons", "i18n"):
+        shutil.copytree(ROOT / folder, tmp_path / folder)
+    return tmp_path
+
+
+def _check(root: Path) -> list[str]:
+    names = {p.name for p in ENGLISH}
+    return build_lessons(root / "solutions", root / "lessons", check=True, listed=names)
+
+
+def test_a_changed_english_cell_fails_the_check_naming_the_cell_until_retranslated(tmp_path):
+    root = _copy_course(tmp_path)
+    assert _check(root) == []
+    path = root / "solutions" / ENGLISH[1].name
+    nb = nbformat.read(path, as_version=4)
+    cell = next(c for c in nb.cells[1:] if c.cell_type == "markdown")
+    cell.source += "\n\nA sentence added later."
+    nbformat.write(nb, path)
+    build_lessons(root / "solutions", root / "lessons", listed={p.name for p in ENGLISH})
+    drift = [p for p in _check(root) if "English text changed" in p]
+    assert len(drift) == 1 and f"cell {cell.id}" in drift[0] and ENGLISH[1].name in drift[0]
+    # The translator updates the text and the hash it translates: in step again.
+    table = root / "i18n" / "ja" / (path.stem + ".json")
+    entries = json.loads(table.read_text(encoding="utf-8"))
+    entries[cell.id] = {"translates": translations.text_hash(cell.source), "text": "更新しました。"}
+    table.write_text(json.dumps(entries, ensure_ascii=False), encoding="utf-8")
+    assert (
+        build_lessons(root / "solutions", root / "lessons", listed={p.name for p in ENGLISH}) == []
+    )
+    assert _check(root) == []
+
+
+def test_a_markdown_cell_without_translation_is_named(tmp_path):
+    root = _copy_course(tmp_path)
+    table = root / "i18n" / "ja" / (ENGLISH[0].stem + ".json")
+    entries = json.loads(table.read_text(encoding="utf-8"))
+    dropped = sorted(entries)[-1]
+    del entries[dropped]
+    table.write_text(json.dumps(entries, ensure_ascii=False), encoding="utf-8")
+    problems = _check(root)
+    assert any(f"no translation of cell {dropped}" in p for p in problems), problems
+
+
+def test_code_outputs_of_the_japanese_run_are_kept_while_the_code_is_unchanged(tmp_path):
+    root = _copy_course(tmp_path)
+    ja = nbformat.read(_ja(root / "solutions" / ENGLISH[0].name), as_version=4)
+    stored = [c.outputs for c in ja.cells if c.cell_type == "code"]
+    build_lessons(root / "solutions", root / "lessons", listed={p.name for p in ENGLISH})
+    again = nbformat.read(_ja(root / "solutions" / ENGLISH[0].name), as_version=4)
+    assert [c.outputs for c in again.cells if c.cell_type == "code"] == stored
+
+
+@pytest.mark.parametrize("path", ENGLISH, ids=lambda p: p.name[:2])
+def test_the_japanese_estimate_at_the_top_counts_japanese_characters(path):
+    from ddp_helpers.authoring.pace import core_path, stated
+    from ddp_helpers.exercises import exercises_of
+
+    japanese = nbformat.read(_ja(path), as_version=4)
+    counted = core_path(japanese, exercises_of(path.name[:2]))
+    assert counted.japanese_characters > 1000
+    assert stated(japanese) == (counted.rounded, counted.exercises), (
+        f"i18n/ja/{path.stem}.json's first cell: write 約 {counted.rounded} 分"
+    )
+
+
+def test_languages_are_checked_and_the_user_setting_wins_over_the_notebook():
+    assert i18n.normalize("ja_JP.UTF-8") == "ja" and i18n.normalize("fr") is None
+    with pytest.raises(ValueError, match="'ja'"):
+        i18n.checked("klingon")
+    code = (
+        "import os, ddp_helpers, ddp_helpers.i18n as i;"
+        "ddp_helpers.use_language('ja'); print(i.current(), os.environ['DDP_HELPERS_LANG'])"
+    )
+    env = {k: v for k, v in os.environ.items() if k != i18n.ENV}
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert run.stdout.split() == ["ja", "ja"], run.stderr  # ranks inherit the variable
+    env[i18n.ENV] = "en"
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert run.stdout.split() == ["en", "en"], run.stderr
+    with i18n.using("ja"):
+        assert i18n.current() == "ja"
+    assert i18n.current() == (i18n.normalize(os.environ.get(i18n.ENV)) or "en")
+
+
+def _every_table() -> dict[str, i18n.Messages]:
+    import importlib
+    import pkgutil
+
+    import ddp_helpers
+
+    for module in pkgutil.walk_packages(ddp_helpers.__path__, "ddp_helpers."):
+        if not module.name.endswith("__main__"):
+            importlib.import_module(module.name)
+    return i18n.REGISTRY
+
+
+def _flat(table) -> dict[str, str]:
+    """Every text of a table by key; a table of words (status names) by "key.word"."""
+    out = {}
+    for key, value in table.items():
+        if isinstance(value, dict):
+            out.update({f"{key}.{k}": v for k, v in value.items()})
+        else:
+            out[str(key)] = value
+    return out
+
+
+def test_the_japanese_catalog_has_every_message_with_the_same_fields():
+    tables = _every_table()
+    catalog = i18n.catalog("ja")
+    assert set(catalog) == set(tables), "ddp_helpers/locale/ja.json: domains"
+    for domain, table in tables.items():
+        english = _flat(table.english)
+        japanese = _flat(catalog[domain])
+        assert set(japanese) == set(english), f"{domain}: keys differ"
+        for key, text in english.items():
+            assert i18n.fields(japanese[key]) == i18n.fields(text), f"{domain}:{key}"
+            assert any(_is_japanese(ch) for ch in japanese[key]) or not any(
+                ch.isalpha() for ch in text
+            ), f"{domain}:{key} is not translated"
+
+
+def test_a_message_answers_in_the_current_language_and_falls_back_to_english():
+    table = i18n.Messages("test.fallback", {"hello": "Hello {name}", "only_en": "Only English"})
+    try:
+        i18n.catalog("ja")["test.fallback"] = {"hello": "こんにちは {name}"}
+        with i18n.using("ja"):
+            assert table["hello"].format(name="A") == "こんにちは A"
+            assert table["only_en"] == "Only English"
+        with i18n.using("en"):
+            assert table["hello"].format(name="A") == "Hello A"
+    finally:
+        i18n.catalog("ja").pop("test.fallback", None)
+        i18n.REGISTRY.pop("test.fallback", None)
