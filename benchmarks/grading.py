@@ -4,7 +4,7 @@
 kernel (nbclient, what nbgrader and otter pay at least) next to the grader's time for it
 with --no-sandbox (fresh kernel, answers taken out after every cell, checks in a separate
 process) and with --sandbox (bubblewrap), runs interleaved so that both see the same
-machine. Then the four solutions and four lessons as one batch, --jobs 2, with
+machine. Then every solution and lesson (English and Japanese) as one batch, --jobs 2, with
 --no-sandbox and with --sandbox. Both are asked for by name, since the sandbox is the
 default where it can run (and the bubblewrap it needs must be here: --sandbox refuses to
 run without it). The sandbox's target: under 10 % overhead per submission.
@@ -74,8 +74,9 @@ def main() -> int:
     verdict = "OK" if overhead < 10 else "MISS"
     print(f"sandbox overhead over the four: {overhead:+.1f}% (target < 10%: {verdict})")
 
-    paths = [ROOT / "solutions", ROOT / "lessons"]
-    print("\nthe 4 solutions and the 4 lessons as one batch, --jobs 2")
+    paths = [ROOT / "solutions", ROOT / "lessons"]  # and their Japanese editions, in ja/
+    count = len(grading.find_submissions(paths))
+    print(f"\nthe solutions and the lessons (English and Japanese: {count}) as one batch, --jobs 2")
     print(f"{'':<12} {'wall':>8} {'per submission':>15}")
     for label, conf in (("--no-sandbox", plain), ("--sandbox", boxed)):
         with tempfile.TemporaryDirectory() as tmp, open(Path(tmp) / "log", "w") as log:

