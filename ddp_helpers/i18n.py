@@ -26,9 +26,6 @@ from pathlib import Path
 LANGUAGES = {"en": "English", "ja": "日本語"}
 ENV = "DDP_HELPERS_LANG"
 LOCALE_DIR = Path(__file__).with_name("locale")
-# Set before this process started (by the user, or by the grader for a submission): it wins
-# over what a notebook's set-up cell declares.
-_FROM_USER = bool(os.environ.get(ENV))
 _override: ContextVar[str | None] = ContextVar("ddp_helpers_language", default=None)
 REGISTRY: dict[str, Messages] = {}
 
@@ -39,6 +36,11 @@ def normalize(value: str | None) -> str | None:
         return None
     code = value.replace("-", "_").split("_")[0].split(".")[0].lower()
     return code if code in LANGUAGES else None
+
+
+# Set before this process started, to a language the course has (by the user, or by the
+# grader for a submission): it wins over what a notebook's language cell declares.
+_FROM_USER = normalize(os.environ.get(ENV)) is not None
 
 
 def checked(value: str) -> str:

@@ -61,21 +61,28 @@ def use_fonts() -> None:
 
 
 def wrap(text: str, width: int) -> str:
-    """`text` in lines of about `width` columns; Japanese, which has no spaces, by character
-    (each two columns wide)."""
+    """`text` in lines of about `width` columns. Japanese, which has no spaces, breaks
+    between any two of its characters (each two columns wide), never inside a Latin word
+    (`no_sync()`) and never before its closing punctuation."""
+    import re
     import textwrap
     import unicodedata
 
-    if not any(unicodedata.east_asian_width(ch) in "WF" for ch in text):
+    def wide(ch: str) -> bool:
+        return unicodedata.east_asian_width(ch) in "WF"
+
+    if not any(wide(ch) for ch in text):
         return textwrap.fill(text, width=width)
     lines, line, used = [], "", 0
-    for ch in text:
-        cost = 2 if unicodedata.east_asian_width(ch) in "WF" else 1
-        if used + cost > width and ch not in "、。，．）」":
-            lines.append(line)
+    for token in re.findall(r"[^\s\u3000-\u9fff\uff00-\uffef]+|\s+|.", text):
+        cost = sum(2 if wide(ch) else 1 for ch in token)
+        if line and used + cost > width and token not in "、。，．）」" and not token.isspace():
+            lines.append(line.rstrip())
             line, used = "", 0
-        line, used = line + ch, used + cost
-    return "\n".join([*lines, line])
+        if not line and token.isspace():
+            continue
+        line, used = line + token, used + cost
+    return "\n".join([*lines, line.rstrip()])
 
 
 def draw_nodes(envs):

@@ -64,16 +64,39 @@ def test_the_missing_gpu_self_check_leaves_torch_cuda_as_it_was():
 
 def test_the_teardown_pause_is_checked_by_applying_it_and_then_undone(monkeypatch):
     import sys
+    import time
 
+    import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
     destroy, interval = dist.destroy_process_group, sys.getswitchinterval()
+    stash, sleep = torch._C._stash_obj_in_tls, time.sleep
     assert torch_compat.check()["teardown_pause"] is None
     assert dist.destroy_process_group is destroy and sys.getswitchinterval() == interval
+    assert torch._C._stash_obj_in_tls is stash and time.sleep is sleep
     assert "__del__" not in DistributedDataParallel.__dict__
     monkeypatch.setattr(torch_compat, "pause_after_destroy", lambda: lambda: None)
     assert "it changes nothing" in torch_compat.check()["teardown_pause"]
+
+
+def test_the_teardown_pause_waits_only_after_a_backward(monkeypatch):
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    slept = []
+    monkeypatch.setattr(time, "sleep", slept.append)
+    undo = torch_compat.pause_after_destroy()
+    try:
+        torch_compat._destroy_without_group(dist)
+        assert torch_compat.GIL_HANDOVER_S not in slept  # no backward yet: no pause
+        torch.ones(1, requires_grad=True).sum().backward()  # stashes, as DDP's backward does
+        torch_compat._destroy_without_group(dist)
+        assert torch_compat.GIL_HANDOVER_S in slept
+    finally:
+        undo()
 
 
 def test_the_debug_level_is_checked_by_reading_it_back_and_then_restored(monkeypatch):

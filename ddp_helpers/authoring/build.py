@@ -21,7 +21,7 @@ MESSAGES = {
         "`python -m ddp_helpers build` and commit the result."
     ),
     "missing": "lessons/{name} is missing: run `python -m ddp_helpers build`.",
-    "extra": "lessons/{name} has no solution notebook: delete it or add solutions/{name}.",
+    "extra": "{path} has no solution notebook: delete it or add solutions/{name}.",
     "unlisted": (
         "solutions/{name} is not a lesson of the course: add it to LESSONS in "
         "ddp_helpers/exercises/__init__.py (with its exercises in lesson{number}.py), or "
@@ -233,10 +233,14 @@ def build_lessons(
             )
     for name in sorted((listed or set()) - names):
         problems.append(MESSAGES["unwritten"].format(name=name))
-    for folder in [lessons, *(lessons / lang for lang in editions)]:
+    editions_folders = [f / lang for lang in editions for f in (lessons, Path(solutions))]
+    for folder in [lessons, *editions_folders]:
         for extra in sorted(p.name for p in folder.glob("[0-9][0-9]_*.ipynb")):
             if extra not in names:
-                problems.append(MESSAGES["extra"].format(name=extra))
+                base = Path(solutions).parent
+                path = folder / extra
+                shown = path.relative_to(base) if path.is_relative_to(base) else path
+                problems.append(MESSAGES["extra"].format(path=Path(shown).as_posix(), name=extra))
     if readme is not None:
         problems += _build_readme(readme, repository, sorted(names), check)
     if check and not problems:
@@ -338,8 +342,10 @@ def execute_solutions(
     nbformat = _nbformat()
     from nbclient import NotebookClient
 
-    # The stored record must not depend on which rank printed first.
+    # The stored record must not depend on which rank printed first, nor on the language
+    # the author's shell asks for: each notebook speaks its own (its language cell).
     os.environ["DDP_HELPERS_OUTPUT"] = "ordered"
+    os.environ.pop("DDP_HELPERS_LANG", None)
     paths = _solutions(solutions) if not languages or "en" in languages else []
     for lang in translations.EDITIONS:
         if (solutions / lang).is_dir() and (not languages or lang in languages):

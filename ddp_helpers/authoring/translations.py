@@ -33,7 +33,7 @@ MESSAGES = {
     ),
     "orphan": (
         "i18n/{lang}/{stem}.json translates cell {cell}, which solutions/{name} no longer "
-        "has: delete that entry."
+        "has as a markdown cell: delete that entry."
     ),
     "missing": "i18n/{lang}/{stem}.json is missing: solutions/{name} has no {lang} edition.",
 }
@@ -88,8 +88,8 @@ def make_edition(english, name: str, lang: str, root: Path, previous=None) -> Ed
             )
             meta["translates"] = entry["translates"]  # what the text really translates
         cell.source = entry["text"]
-    ids = {cell.get("id") for cell in nb.cells}
-    problems += [MESSAGES["orphan"].format(cell=c, **where) for c in entries if c not in ids]
+    markdown = {cell.get("id") for cell in nb.cells if cell.cell_type == "markdown"}
+    problems += [MESSAGES["orphan"].format(cell=c, **where) for c in entries if c not in markdown]
     nb.metadata["language"] = lang
     return Edition(nb, problems)
 

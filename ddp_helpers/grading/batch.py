@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from .. import i18n
+from ..i18n import messages
 from . import dispatch
 from .outputs import ClassReport, FeedbackFiles, GradescopeResults, GradesCsv, Output
 from .reports import MESSAGES as REPORT_MESSAGES
@@ -26,19 +28,31 @@ from .submissions import columns_for, find_submissions
 
 DEFAULT_TIMEOUT = 300.0
 
+# What the learner's feedback says about a second try: in the submission's language.
+RETRY_MESSAGES = messages(
+    "grading.batch",
+    {
+        "retried": (
+            "The first try was stopped at its time limit ({first:.1f} s in all) while "
+            "{others} other submissions shared the machine, so it was graded again alone; "
+            "this is the result of that second try."
+        ),
+        "retried_one": (
+            "The first try was stopped at its time limit ({first:.1f} s in all) while 1 other "
+            "submission shared the machine, so it was graded again alone; this is the result "
+            "of that second try."
+        ),
+        "not_retried": (
+            "This notebook ran past the limit while other submissions shared the machine; the "
+            "batch was interrupted before it could be graded again alone."
+        ),
+    },
+)
+
 MESSAGES = {
     "retrying": (
         "{count} submission{s} ran past the limit while others were being graded; "
         "grading {them} again, one at a time, so that a busy machine cannot cost points"
-    ),
-    "retried": (
-        "The first try was stopped at its time limit ({first:.1f} s in all) while {others} "
-        "other submission{s} shared the machine, so it was graded again alone; this is "
-        "the result of that second try."
-    ),
-    "not_retried": (
-        "This notebook ran past the limit while other submissions shared the machine; the "
-        "batch was interrupted before it could be graded again alone."
     ),
     "interrupted": (
         "Interrupted: {done} of {total} graded; {out} holds those rows. Everything the "
@@ -96,9 +110,9 @@ class Batch:
         if name in self.held:
             first, crowd = self.held.pop(name)
             others = crowd - 1
-            note = MESSAGES["retried"].format(
-                first=first.seconds, others=others, s="" if others == 1 else "s"
-            )
+            with i18n.using(row.submission.language):
+                key = "retried_one" if others == 1 else "retried"
+                note = RETRY_MESSAGES[key].format(first=first.seconds, others=others)
             row = dataclasses.replace(
                 row,
                 events=[Event("retried", note), *row.events],
@@ -117,11 +131,9 @@ class Batch:
     def give_up_retries(self) -> None:
         """Interrupted before the second tries: the first tries' rows, with a note."""
         for row, _ in list(self.held.values()):
-            self.on_row(
-                dataclasses.replace(
-                    row, events=[Event("retried", MESSAGES["not_retried"]), *row.events]
-                )
-            )
+            with i18n.using(row.submission.language):
+                note = RETRY_MESSAGES["not_retried"]
+            self.on_row(dataclasses.replace(row, events=[Event("retried", note), *row.events]))
         self.held.clear()
 
 

@@ -15,7 +15,9 @@ import sys
 import threading
 import time
 
+from .. import i18n
 from ..exercises._core import CheckStatus
+from ..i18n import messages
 from ..procs import describe_exit, stop_tree, supervise, with_this_package
 from .results import Event, ExerciseScore, Outcome, Row, Status, Submission
 from .sandbox import Confinement
@@ -24,24 +26,27 @@ from .worker import KERNEL_START_LIMIT
 
 WORKER_GRACE = 15.0  # seconds a stopped worker gets to kill what it started and clean up
 
-MESSAGES = {
-    "worker_failed": (
-        "The grader itself failed on this submission ({how}); please report it with this "
-        "output:\n{output}"
-    ),
-    "grader_raised": (
-        "The grader itself failed on this submission; please report it with this error: {error}"
-    ),
-    "worker_killed": (
-        "The process grading this submission was {how} from outside (the out-of-memory "
-        "killer, if the notebook used too much memory); everything it had started was "
-        "stopped. Grade it again on its own to see whether it repeats."
-    ),
-    "worker_stuck": (
-        "The grader stopped this submission after {limit:g} s in all (the notebook's limit "
-        "plus every exercise's)."
-    ),
-}
+MESSAGES = messages(
+    "grading.dispatch",
+    {
+        "worker_failed": (
+            "The grader itself failed on this submission ({how}); please report it with this "
+            "output:\n{output}"
+        ),
+        "grader_raised": (
+            "The grader itself failed on this submission; please report it with this error: {error}"
+        ),
+        "worker_killed": (
+            "The process grading this submission was {how} from outside (the out-of-memory "
+            "killer, if the notebook used too much memory); everything it had started was "
+            "stopped. Grade it again on its own to see whether it repeats."
+        ),
+        "worker_stuck": (
+            "The grader stopped this submission after {limit:g} s in all (the notebook's limit "
+            "plus every exercise's)."
+        ),
+    },
+)
 
 
 def grade_one(
@@ -51,7 +56,13 @@ def grade_one(
     tmp_root: str | None = None,
     confinement: Confinement | None = None,
 ) -> Row:
-    """Grade one submission in a worker process; always returns its Row, never raises."""
+    """Grade one submission in a worker process; always returns its Row, never raises.
+    What it says of the run is in the submission's language."""
+    with i18n.using(sub.language):
+        return _grade_one(sub, timeout, cancel, tmp_root, confinement)
+
+
+def _grade_one(sub, timeout, cancel, tmp_root, confinement) -> Row:
     from ..exercises import exercises_of
 
     if sub.problem is not None:

@@ -178,10 +178,11 @@ def _check_dynamo_preload() -> str | None:
 
 
 def _check_teardown_pause() -> str | None:
-    """Apply the pause here: destroy_process_group() must not wait while nothing was
-    stashed, and must wait GIL_HANDOVER_S once something was (stashed and removed again
+    """Apply the pause here: destroy_process_group() must not pause while nothing was
+    stashed, and must pause GIL_HANDOVER_S once something was (stashed and removed again
     through torch's own calls: no torch op runs in the launcher's helper); then undo it.
-    backward() must still stash through the attribute the pause wraps."""
+    The pause's sleeps are recorded, not timed, so that a loaded machine cannot fail the
+    check. backward() must still stash through the attribute the pause wraps."""
     import inspect
     import time
 
@@ -202,25 +203,30 @@ def _check_teardown_pause() -> str | None:
     if "torch._C._stash_obj_in_tls(" not in source:
         return MESSAGES["no_effect"].format(version=_version())
 
-    def destroy_seconds() -> float:
-        start = time.monotonic()
-        try:
-            dist.destroy_process_group()  # no group exists: torch refuses, after any pause
-        except (AssertionError, ValueError, RuntimeError):
-            pass
-        return time.monotonic() - start
-
+    slept: list[float] = []
+    real_sleep = time.sleep
+    time.sleep = slept.append  # the pause's sleeps, recorded instead of slept (no timing)
     undo = pause_after_destroy()
     try:
-        if destroy_seconds() >= GIL_HANDOVER_S:  # nothing stashed: no pause
+        _destroy_without_group(dist)
+        if GIL_HANDOVER_S in slept:  # nothing stashed, yet it paused
             return MESSAGES["no_effect"].format(version=_version())
         torch._C._stash_obj_in_tls("ddp_helpers_check", None)
         torch._C._remove_obj_from_tls("ddp_helpers_check")
-        if destroy_seconds() < GIL_HANDOVER_S:
+        _destroy_without_group(dist)
+        if GIL_HANDOVER_S not in slept:
             return MESSAGES["no_effect"].format(version=_version())
     finally:
         undo()
+        time.sleep = real_sleep
     return None
+
+
+def _destroy_without_group(dist) -> None:
+    try:
+        dist.destroy_process_group()  # no group exists: torch refuses, after any pause
+    except (AssertionError, ValueError, RuntimeError):
+        pass
 
 
 def _check_debug_level() -> str | None:

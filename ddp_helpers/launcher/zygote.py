@@ -88,7 +88,8 @@ class Zygote:
         self.compat = compat
         self.children: dict[int, tuple[int, int]] = {}  # pid -> (launch id, rank)
         # Forked ahead of time, each waiting on its socket for a rank to become: a launch
-        # then costs no fork at all. Refilled once a launch's ranks are all gone.
+        # then costs no fork at all. Refilled while a launch runs, past its start, or when
+        # idle (_spare_wanted).
         self.spares: dict[int, socket.socket] = {}
         self.pool_size = 0
         self.launched_at = 0.0  # when the last launch's request came
