@@ -20,7 +20,7 @@ from ..exercises._core import CheckStatus
 from ..i18n import messages
 from ..procs import describe_exit, stop_tree, supervise, with_this_package
 from .results import Event, ExerciseScore, Outcome, Row, Status, Submission
-from .sandbox import Confinement
+from .sandbox import CGROUP_NAME_ENV, Confinement, cgroup_name, remove_leftover_cgroups
 from .scorer import MIN_CHECK_LIMIT
 from .worker import KERNEL_START_LIMIT
 
@@ -103,6 +103,7 @@ def _run_worker(
     if tmp_root is not None:
         env["TMPDIR"] = tmp_root  # the worker's folder is made in the batch's own
     env["DDP_HELPERS_GRADER_PID"] = str(os.getpid())
+    env[CGROUP_NAME_ENV] = cgroups = cgroup_name()
     proc = subprocess.Popen(
         [sys.executable, "-P", "-m", "ddp_helpers.grading.worker"]
         + [str(sub.path), sub.lesson, repr(float(timeout)), json.dumps(conf.to_json())],
@@ -121,6 +122,7 @@ def _run_worker(
     finally:
         stop_tree(proc, WORKER_GRACE)  # SIGTERM: the worker cleans up itself, if it can
         _kill_remembered(seen)
+        remove_leftover_cgroups(conf, cgroups)  # a worker killed from outside could not
 
 
 def _wait_for_worker(proc, limit: float, cancel, seen: dict) -> tuple[bytes, bytes] | None:

@@ -223,7 +223,7 @@ PASSED_PREFIXES = (
     "DDP_HELPERS_",  # the course's own settings: its language, the launcher's switches
 )
 # The grader's own, not the notebook's: which process to die with, how tests order output.
-GRADER_ONLY = ("DDP_HELPERS_GRADER_PID", "DDP_HELPERS_OUTPUT")
+GRADER_ONLY = ("DDP_HELPERS_GRADER_PID", "DDP_HELPERS_OUTPUT", "DDP_HELPERS_CGROUP_NAME")
 # Set for every submission, whatever the grader has (Cage.env), so not passable:
 THREAD_COUNTS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 SET_HERE = {
@@ -342,17 +342,20 @@ def _cgroup_usable(mechanism: str) -> bool:
 # ---------------------------------------------------------------- one submission
 
 
+CGROUP_NAME_ENV = "DDP_HELPERS_CGROUP_NAME"  # the grader to its worker: the cgroups' name
+
+
 class Cage:
     """One submission's confinement: its cgroups, the command that starts a process in it,
     and which limit (if any) it ran into."""
 
-    def __init__(self, conf: Confinement, workdir: str):
+    def __init__(self, conf: Confinement, workdir: str, name: str | None = None):
         self.conf = conf
         self.workdir = workdir
         self.dirs: dict[str, Path] = {}
         self.watched_hit = None  # the task limit, found by counting (rlimit)
         if conf.mechanism in ("cgroup2", "cgroup1"):
-            self.dirs = _cgroup_dirs(conf.mechanism, f"ddp-grade-{uuid.uuid4().hex[:12]}")
+            self.dirs = _cgroup_dirs(conf.mechanism, name or cgroup_name())
             for path in set(self.dirs.values()):
                 path.mkdir()
             self._write_limits()
@@ -458,15 +461,32 @@ class Cage:
 
     def close(self) -> None:
         """Remove the cgroups (the worker has killed what was in them)."""
-        for path in set(self.dirs.values()):
-            for _ in range(50):
-                try:
-                    path.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:  # its last processes are still being reaped
-                    time.sleep(0.1)
+        remove_cgroups(self.dirs)
+
+
+def cgroup_name() -> str:
+    """A new name for one submission's cgroups."""
+    return f"ddp-grade-{uuid.uuid4().hex[:12]}"
+
+
+def remove_leftover_cgroups(conf: Confinement, name: str) -> None:
+    """Remove the cgroups called `name`, if a worker killed from outside left them."""
+    if conf.mechanism in ("cgroup2", "cgroup1"):
+        dirs = _cgroup_dirs(conf.mechanism, name)
+        remove_cgroups({k: p for k, p in dirs.items() if p.exists()})
+
+
+def remove_cgroups(dirs: dict[str, Path]) -> None:
+    """Remove these (empty) cgroups, waiting up to 5 s for their last processes to go."""
+    for path in set(dirs.values()):
+        for _ in range(50):
+            try:
+                path.rmdir()
+                break
+            except FileNotFoundError:
+                break
+            except OSError:  # its last processes are still being reaped
+                time.sleep(0.1)
 
 
 def _python_paths() -> list[str]:

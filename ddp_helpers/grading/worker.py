@@ -25,7 +25,7 @@ from ..i18n import messages
 from ..procs import become_subreaper, die_with_parent, kill_descendants
 from .kernel import Kernel, KernelDied, error_text
 from .results import Event, Outcome, Status
-from .sandbox import Cage, Confinement
+from .sandbox import CGROUP_NAME_ENV, Cage, Confinement
 from .scorer import MIN_CHECK_LIMIT, score
 from .submissions import code_sources, language_of
 
@@ -174,7 +174,8 @@ def _run_and_score(
     workdir = tempfile.mkdtemp(prefix="ddp-grade-")
     for sub in ("cwd", "tmp", "score", "home"):
         os.mkdir(os.path.join(workdir, sub))
-    cage = Cage(confinement or Confinement(), workdir)
+    # The grader named the cgroups, so that it can remove them should this process be killed.
+    cage = Cage(confinement or Confinement(), workdir, os.environ.get(CGROUP_NAME_ENV))
     # The checks speak the notebook's language: in its kernel (its language cell says so
     # too) and in the scorer, whose messages go into the feedback.
     env = {**cage.env(), i18n.ENV: language_of(path)}
