@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from .. import i18n
 from ..i18n import messages
-from ..procs import describe_exit, signal_name
+from ..procs import signal_name
 from .protocol import RankError, StartFailed
 from .torch_compat import C10D_FRAME, PEER_GONE
 
@@ -74,6 +74,11 @@ MESSAGES = messages(
             "ranks and the helper were stopped. Run the cell again; if it keeps happening, restart "
             "the kernel (was ddp_helpers upgraded while it ran?)."
         ),
+        "one_rank": "rank {ranks}",
+        "many_ranks": "ranks {ranks}",
+        "stack_of": "rank {rank}:",
+        "quirk_signal": "was killed by {signal}",
+        "quirk_code": "exited with code {code}",
         "exit_quirk": (
             "[ddp_helpers] warning: rank {rank} {how} at exit, after it had returned its "
             "result; the result is kept. (gloo and DDP sometimes abort at interpreter exit.)"
@@ -171,7 +176,9 @@ def failure_report(
         ranks = ", ".join(map(str, returned))
         parts.append(
             MESSAGES["peer_returned"].format(
-                ranks=f"rank {ranks}" if len(returned) == 1 else f"ranks {ranks}"
+                ranks=MESSAGES["one_rank" if len(returned) == 1 else "many_ranks"].format(
+                    ranks=ranks
+                )
             )
         )
     tail = [
@@ -192,7 +199,7 @@ def timeout_report(timeout: float, stacks: list[RankFailure]) -> tuple[str, str]
         if f.finished:
             parts.append(MESSAGES["rank_finished"].format(rank=f.rank))
         elif f.stack:
-            parts.append(f"rank {f.rank}:\n{f.stack}")
+            parts.append(MESSAGES["stack_of"].format(rank=f.rank) + "\n" + f.stack)
         else:
             parts.append(MESSAGES["no_stack"].format(rank=f.rank))
     parts.append(MESSAGES["timeout_hint"])
@@ -467,7 +474,11 @@ def _exception_of(error: RankError | None) -> BaseException | None:
 
 def interrupt_report(records: list[RankRecord], render_stack) -> str | None:
     """Where each rank was when stop was pressed; None if no rank gave its stack."""
-    parts = [f"rank {r.rank}:\n{render_stack(r.stack)}" for r in records if r.stack]
+    parts = [
+        MESSAGES["stack_of"].format(rank=r.rank) + "\n" + render_stack(r.stack)
+        for r in records
+        if r.stack
+    ]
     return "\n\n".join([MESSAGES["interrupted_where"], *parts]) if parts else None
 
 
@@ -477,6 +488,10 @@ def exit_quirks(records: list[RankRecord]) -> list[str]:
     for record in records:
         if record.has_result and record.exitcode:
             code = record.exitcode
-            how = f"was {describe_exit(code)}" if code < 0 else f"exited with code {code}"
+            how = (
+                MESSAGES["quirk_signal"].format(signal=signal_name(-code))
+                if code < 0
+                else MESSAGES["quirk_code"].format(code=code)
+            )
             warnings.append(MESSAGES["exit_quirk"].format(rank=record.rank, how=how))
     return warnings
