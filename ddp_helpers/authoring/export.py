@@ -27,6 +27,7 @@ MESSAGES = messages(
             "{nb}: the script needs {missing}, still `raise NotImplementedError(...)` in this "
             "notebook. {what}, then export again."
         ),
+        "and": "{first} and {last}",
         "exercise": "exercise {ids}",
         "exercises": "exercises {ids}",
         "pasted": "{which} from lesson {lesson}",
@@ -127,7 +128,9 @@ def _from_the_course(node) -> bool:
 
 
 def _listed(ids: list[str]) -> str:
-    text = ids[0] if len(ids) == 1 else ", ".join(ids[:-1]) + f" and {ids[-1]}"
+    text = (
+        ids[0] if len(ids) == 1 else MESSAGES["and"].format(first=", ".join(ids[:-1]), last=ids[-1])
+    )
     return MESSAGES["exercise" if len(ids) == 1 else "exercises"].format(ids=text)
 
 

@@ -344,6 +344,10 @@ def _loader_harness(make_loader):
     from torch.utils.data.distributed import DistributedSampler
 
     dist.init_process_group("gloo")
+    # Every rank connected before any leaves: nothing below is a collective, and a rank that
+    # destroys its group while another is still connecting to it breaks that one's init
+    # ("Connection closed by peer", seen under load).
+    dist.barrier()
     try:
         data = TensorDataset(torch.arange(LOADER_ITEMS), torch.zeros(LOADER_ITEMS))
         loader = make_loader(data, LOADER_BATCH)

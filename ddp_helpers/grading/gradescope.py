@@ -49,6 +49,8 @@ def _results_json(row: Row, hidden_visibility: str) -> dict:
     seconds = round(row.seconds, 1)
     if row.status is Status.INVALID:
         return _invalid_results(sub.problem or "", seconds)
+    from .reports import FEEDBACK
+
     tests = [t for ex in row.exercises for t in _exercise_tests(ex, hidden_visibility)]
     if row.status is not Status.OK:
         tests.insert(0, _notebook_test(row))
@@ -59,7 +61,7 @@ def _results_json(row: Row, hidden_visibility: str) -> dict:
             lesson=sub.lesson,
             points=row.points,
             max_points=row.max_points,
-            status=row.status.value,
+            status=FEEDBACK["status_word"][row.status.value],
         ),
         "tests": tests,
     }
