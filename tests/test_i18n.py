@@ -124,9 +124,13 @@ def test_languages_are_checked_and_the_user_setting_wins_over_the_notebook():
     env[i18n.ENV] = "en"
     run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert run.stdout.split() == ["en", "en"], run.stderr
+    before = i18n.current()
     with i18n.using("ja"):
         assert i18n.current() == "ja"
-    assert i18n.current() == (i18n.normalize(os.environ.get(i18n.ENV)) or "en")
+        with i18n.using("en"):
+            assert i18n.current() == "en"
+        assert i18n.current() == "ja"
+    assert i18n.current() == before
 
 
 def _every_table() -> dict[str, i18n.Messages]:

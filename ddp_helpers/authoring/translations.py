@@ -104,11 +104,6 @@ def _outputs_by_id(nb) -> dict:
     }
 
 
-def language_of(nb) -> str:
-    """A notebook's language, from its metadata ('en' when it says none)."""
-    return nb.metadata.get("language", "en")
-
-
 def hashes(english) -> dict[str, str]:
     """Each markdown cell's id and hash: what a translator records in `translates`."""
     return {c.get("id"): text_hash(c.source) for c in english.cells if c.cell_type == "markdown"}

@@ -178,7 +178,7 @@ def _run_and_score(
     cage = Cage(confinement or Confinement(), workdir, os.environ.get(CGROUP_NAME_ENV))
     # The checks speak the notebook's language: in its kernel (its language cell says so
     # too) and in the scorer, whose messages go into the feedback.
-    env = {**cage.env(), i18n.ENV: language_of(path)}
+    env = {**cage.env(), i18n.ENV: i18n.current()}  # run_and_score chose it
     try:
         cells = code_sources(path)
         status, events, run_seconds = run_notebook(
