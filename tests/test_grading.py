@@ -1085,17 +1085,16 @@ def test_ctrl_c_stops_the_batch_and_everything_it_started(tmp_path):
     assert not list((tmp_path / "tmpdir").iterdir())
 
 
-def _submission_cgroups() -> set:
-    """The ddp-grade-* cgroups there are now (none where the limits are rlimits)."""
+def _submission_cgroups(grader_pid: int) -> set:
+    """The cgroups a grader of that pid made and left (none where limits are rlimits)."""
     from ddp_helpers.grading.sandbox import _cgroup_dirs, choose
 
     dirs = _cgroup_dirs(choose(False, None, None).mechanism, "x") or {}
-    return {p for d in dirs.values() for p in d.parent.glob("ddp-grade-*")}
+    return {p for d in dirs.values() for p in d.parent.glob(f"ddp-grade-{grader_pid}-*")}
 
 
 def test_a_worker_killed_from_outside_costs_its_row_only_and_leaves_nothing(tmp_path):
     make_submissions(tmp_path / "subs")
-    cgroups = _submission_cgroups()
     proc = subprocess.Popen(
         [sys.executable, "-m", "ddp_helpers", "grade", "subs/endless_loop", "subs/malformed"]
         + ["--timeout", "60", "--feedback", "feedback", "--no-sandbox"],
@@ -1118,7 +1117,7 @@ def test_a_worker_killed_from_outside_costs_its_row_only_and_leaves_nothing(tmp_
     assert "was killed by SIGKILL from outside" in text
     assert not processes_under(tmp_path)
     assert not list((tmp_path / "tmpdir").iterdir())
-    assert _submission_cgroups() <= cgroups  # the killed worker's cgroups were removed
+    assert not _submission_cgroups(proc.pid)  # the killed worker's cgroups were removed
 
 
 def test_the_workers_plain_reading_of_code_cells_matches_nbformat():

@@ -465,8 +465,9 @@ class Cage:
 
 
 def cgroup_name() -> str:
-    """A new name for one submission's cgroups."""
-    return f"ddp-grade-{uuid.uuid4().hex[:12]}"
+    """A new name for one submission's cgroups, with the pid of the process that chose it
+    (the grader), so that what one grader left is told from what others are using."""
+    return f"ddp-grade-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
 def remove_leftover_cgroups(conf: Confinement, name: str) -> None:
