@@ -46,18 +46,20 @@ def test_it_counts_prose_code_outputs_pictures_and_each_exercises_work():
     assert path.code_lines == 3 + 1 + 1 + 1  # `def` lines are read; comments are not
     assert path.output_lines == pace.OUTPUT_LINES_READ  # 30 printed, 20 read
     assert path.pictures == 1
-    assert path.exercise_minutes == (10.0, 1.0)  # a 15-line answer: ten; one line: a minute
+    # a 15-line answer: 15 minutes to write, one line: a minute; each a minute to check
+    assert path.exercise_minutes == (16.0, 2.0)
     assert path.pasted == 1
     parts = path.parts()
     assert parts["prose"] == pytest.approx(152 / 150)
-    assert parts["outputs"] == pytest.approx((20 * 3 + 30) / 60)
-    assert parts["exercises"] == pytest.approx(11.5)
+    assert parts["code"] == pytest.approx(6 / 10)
+    assert parts["outputs"] == pytest.approx((20 * 3 + 60) / 60)
+    assert parts["exercises"] == pytest.approx(16 + 2 + 0.5)
     assert path.minutes == pytest.approx(sum(parts.values()))
 
 
 def test_an_exercises_own_minutes_replace_the_rule():
     own = [SimpleNamespace(minutes=4), SimpleNamespace(minutes=None)]
-    assert pace.core_path(_notebook(), own).exercise_minutes == (4.0, 1.0)
+    assert pace.core_path(_notebook(), own).exercise_minutes == (5.0, 2.0)  # + the check
 
 
 def test_the_command_prints_every_lesson_part_by_part():

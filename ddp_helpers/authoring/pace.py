@@ -10,27 +10,34 @@ from dataclasses import dataclass, field
 
 from ..stubs import BEGIN, END
 
-# The rates behind the estimate, for a learner new to distributed training:
+# The rates behind the estimate, for a learner new to distributed training, calibrated on an
+# expert's read of the four lessons as a newcomer would take them (at commit 52103bf: 22-26,
+# 25-30, 28-35 and 28-33 minutes; this estimate gave 26.1, 31.0, 29.2 and 29.7 there, each
+# within 15 % of the midpoint), each rate with its reason (docs/learners.md says the same):
 # - technical prose read to be understood: 150 words a minute; Japanese prose 400 characters a
 #   minute (kana, kanji and their punctuation; native readers take in 400-600 a minute of
 #   general text, technical text sits at the low end), its Latin words (API names) at 150;
-# - code read line by line (not skimmed): 20 lines a minute;
+# - code read to know what each line does on each rank: 10 lines a minute (20 is the pace of
+#   skimming code one already knows; a newcomer stops at every call of an unfamiliar API);
 # - 5 s per code cell to run it, 3 s per line it prints (at most 20 lines a cell: a long
-#   stack is skimmed), 30 s per picture;
-# - an exercise takes the time its work asks: 40 s per line of the reference answer,
-#   at least a minute (a prediction), so a 15-line function takes ten; an exercise whose
-#   `minutes` is set (an Exercise attribute) says why it differs from that rule;
+#   stack is skimmed), a minute per picture (axes, legend and what differs are studied);
+# - an exercise: a minute per line of the reference answer, at least a minute (a
+#   prediction): new code is recalled and thought out, not copied (copying runs at about
+#   40 s a line); then a minute to run its check, read the verdict and, on average, fix
+#   something once and run it again. An exercise whose `minutes` is set (an Exercise
+#   attribute) replaces the writing part of that, and says why;
 # - an earlier lesson's answer pasted in again: half a minute (find it, copy, paste).
 WORDS_PER_MINUTE = 150
 JAPANESE_CHARACTERS_PER_MINUTE = 400
-CODE_LINES_PER_MINUTE = 20
+CODE_LINES_PER_MINUTE = 10
 SECONDS_PER_CODE_CELL = 5
 SECONDS_PER_OUTPUT_LINE = 3
 OUTPUT_LINES_READ = 20
-SECONDS_PER_PICTURE = 30
-MINUTES_PER_ANSWER_LINE = 2 / 3
+SECONDS_PER_PICTURE = 60
+MINUTES_PER_ANSWER_LINE = 1.0
+MINUTES_PER_CHECK = 1.0
 MINUTES_PER_PASTED_ANSWER = 0.5
-TARGET_MINUTES = 20
+TARGET_MINUTES = 25
 
 # A translation keeps the English words in its heading: "## さらに先へ (Going further)".
 GOING_FURTHER = re.compile(r"^## (?:.*\()?Going further", re.M)
@@ -101,7 +108,8 @@ def _outputs(cell) -> tuple[int, int]:
 
 
 def _answer_minutes(lines: int) -> float:
-    return max(1.0, lines * MINUTES_PER_ANSWER_LINE)
+    """Writing an answer of `lines` lines, then checking it."""
+    return max(1.0, lines * MINUTES_PER_ANSWER_LINE) + MINUTES_PER_CHECK
 
 
 def core_path(solution, exercises=()) -> CorePath:
@@ -144,7 +152,7 @@ def core_path(solution, exercises=()) -> CorePath:
         outputs, pictures = outputs + lines, pictures + pics
     for i, ex in enumerate(list(exercises)[: len(answers)]):
         if getattr(ex, "minutes", None) is not None:
-            answers[i] = float(ex.minutes)
+            answers[i] = float(ex.minutes) + MINUTES_PER_CHECK
     return CorePath(words, cells, code, outputs, pictures, tuple(answers), pasted, characters)
 
 
