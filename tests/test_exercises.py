@@ -69,6 +69,24 @@ def test_progress_lists_each_exercise_of_the_notebook_and_its_status():
     )
 
 
+def test_progress_shows_the_core_path_apart_from_going_further():
+    *_, outputs = run_cells(
+        "from ddp_helpers.exercises import lesson04 as ex\n"
+        "from ddp_helpers.exercises.lesson04 import make_loader, quiz_answers, save_checkpoint",
+        "ex.progress()",
+    )
+    assert stream_text(outputs) == (
+        "Lesson 04: 2 of 3 exercises of the core path pass\n"
+        "  4.1  make_loader              correct\n"
+        "  4.2  train_ddp                missing\n"
+        "  4.3  quiz_answers             correct\n"
+        "Going further (optional): 1 of 3 pass\n"
+        "  4.4  evaluate                 not started (optional)\n"
+        "  4.5  save_checkpoint          correct\n"
+        "  4.6  load_checkpoint          not started (optional)\n"
+    )
+
+
 def rank_zero_waits_forever(model):
     import torch.distributed as dist
 

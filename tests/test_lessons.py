@@ -62,6 +62,23 @@ def test_each_stub_names_the_exercise_whose_function_it_is_in(path):
 
 
 @pytest.mark.parametrize("path", LESSON_FILES, ids=lambda p: p.name[:2])
+def test_an_exercise_is_marked_further_exactly_when_its_stub_is_in_going_further(path):
+    from ddp_helpers.authoring.pace import GOING_FURTHER
+
+    nb = nbformat.read(path, as_version=4)
+    further, placed = False, {}
+    for cell in nb.cells:
+        if cell.cell_type == "markdown" and GOING_FURTHER.search(cell.source):
+            further = True
+        elif cell.cell_type == "code":
+            for line in cell.source.splitlines():
+                if exercise_in(line):
+                    placed.setdefault(exercise_in(line), further)
+    exercises = exercises_of(path.name[:2])
+    assert {ex.id: ex.further for ex in exercises} == {ex.id: placed[ex.id] for ex in exercises}
+
+
+@pytest.mark.parametrize("path", LESSON_FILES, ids=lambda p: p.name[:2])
 def test_the_estimate_at_the_top_is_what_the_core_path_counts_to(path):
     from ddp_helpers.authoring.pace import TARGET_MINUTES, lesson_core_path, stated
 

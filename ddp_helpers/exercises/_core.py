@@ -67,6 +67,9 @@ MESSAGES = i18n.messages(
         "no_more_hints": "(That was the last hint; `.solution()` shows the reference answer.)",
         "solution_header": "Reference solution for exercise {id}:",
         "progress_header": "Lesson {lesson}: {passed} of {total} exercises pass",
+        "progress_core": "Lesson {lesson}: {passed} of {total} exercises of the core path pass",
+        "progress_further": "Going further (optional): {passed} of {total} pass",
+        "further_missing": "not started (optional)",
         "hang": (
             "The check did not finish within {timeout:g} s: a rank waited in a collective "
             "(barrier, all_reduce, broadcast) that another rank never called."
@@ -272,6 +275,7 @@ class Exercise:
         points: int = 1,
         hidden=None,
         minutes: float | None = None,
+        further: bool = False,
     ):
         self.id = id  # "1.2": lesson 1, exercise 2, as the stub's message says
         self.name = name  # what the learner defines in the notebook
@@ -284,6 +288,7 @@ class Exercise:
         self.points = points
         # The time the work takes, where the pace rule (lines of the answer) misjudges it.
         self.minutes = minutes
+        self.further = further  # in the lesson's optional "Going further" section
         self._next_hint = 0
         self._check_texts()
 
@@ -474,14 +479,29 @@ def evaluate_all(exercises: list[Exercise], namespace: dict) -> list[Result]:
 
 
 def progress(exercises: list[Exercise], lesson: str, namespace: dict | None = None) -> None:
-    """Check every exercise of a lesson against what the notebook defines; print a table."""
+    """Check every exercise of a lesson against what the notebook defines; print a table,
+    the core path's exercises apart from the optional Going further's."""
     if namespace is None:
         namespace = _notebook_namespace()
     results = evaluate_all(exercises, namespace)
-    passed = sum(r.passed for r in results)
-    print(MESSAGES["progress_header"].format(lesson=lesson, passed=passed, total=len(results)))
-    for ex, r in zip(exercises, results, strict=True):
-        print(f"  {ex.id}  {ex.name:<24} {MESSAGES['status_names'][r.status]}")
+    core = [(ex, r) for ex, r in zip(exercises, results, strict=True) if not ex.further]
+    further = [(ex, r) for ex, r in zip(exercises, results, strict=True) if ex.further]
+    header = "progress_core" if further else "progress_header"
+    _progress_table(MESSAGES[header].format(lesson=lesson, **_counts(core)), core)
+    if further:
+        _progress_table(MESSAGES["progress_further"].format(**_counts(further)), further)
+
+
+def _counts(rows) -> dict[str, int]:
+    return {"passed": sum(r.passed for _, r in rows), "total": len(rows)}
+
+
+def _progress_table(header: str, rows) -> None:
+    print(header)
+    for ex, r in rows:
+        optional = ex.further and r.status is CheckStatus.MISSING
+        status = MESSAGES["further_missing"] if optional else MESSAGES["status_names"][r.status]
+        print(f"  {ex.id}  {ex.name:<24} {status}")
 
 
 def _notebook_namespace() -> dict:

@@ -891,6 +891,7 @@ q4 = Exercise(
         "mismatch": Mistake(hint="eval_ddp_forward"),
     },
     hidden=_hidden_evaluate,
+    further=True,
 )
 q5 = Exercise(
     "4.5",
@@ -914,6 +915,7 @@ q5 = Exercise(
         "hang": Mistake(hint="save_barrier"),
         "mismatch": Mistake(hint="save_barrier"),
     },
+    further=True,
 )
 q6 = Exercise(
     "4.6",
@@ -930,6 +932,7 @@ q6 = Exercise(
         "hang": Mistake(hint="load_restore"),
         "mismatch": Mistake(hint="load_restore"),
     },
+    further=True,
 )
 # In the notebook's order: the core path (4.1 to 4.3), then Going further (4.4 to 4.6).
 EXERCISES = [q1, q2, q3, q4, q5, q6]
