@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from ..i18n import messages
 from ._core import Exercise, Listed, Mistake, Phrase, Wrong, run_on_ranks
 from ._core import progress as _progress
@@ -159,8 +161,42 @@ MESSAGES = messages(
         ),
         "ratio_other.title": "another ratio",
         "ratio_ok": "DDP's update is 1 / world_size = 0.5 of the single-process one.",
+        "gpus_idle": (
+            "CUDA is available, but this process sees {gpus} GPU(s) for the {ranks} ranks of "
+            "its machine (LOCAL_WORLD_SIZE), so setup() chose gloo and this rank works on the "
+            "CPU. A scheduler that gives each task one GPU (CUDA_VISIBLE_DEVICES set per rank, "
+            "e.g. SLURM's --gpus-per-task=1) does this: every rank then sees one GPU, cuda:0. "
+            "Let each task see all of its machine's GPUs, or pin cuda:0 when each rank sees "
+            "exactly one."
+        ),
     },
 )
+
+
+def warn_if_gpus_idle() -> None:
+    """Lesson 03's setup(): warn when CUDA is here but the backend rule still chose gloo."""
+    import warnings
+
+    import torch
+
+    if torch.cuda.is_available():
+        gpus, ranks = torch.cuda.device_count(), os.environ.get("LOCAL_WORLD_SIZE", "?")
+        warnings.warn(MESSAGES["gpus_idle"].format(gpus=gpus, ranks=ranks), stacklevel=2)
+
+
+def setup():
+    """Exercise 2.2's set-up, as lesson 03's cells use it, with the warning above."""
+    import torch
+    import torch.distributed as dist
+
+    if torch.cuda.device_count() < int(os.environ["LOCAL_WORLD_SIZE"]):  # no GPU per rank
+        warn_if_gpus_idle()  # CUDA here, yet too few GPUs seen: say why
+        dist.init_process_group("gloo")
+        return torch.device("cpu")
+    device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+    torch.cuda.set_device(device)  # pin: this process's GPU from now on
+    dist.init_process_group("nccl", device_id=device)
+    return device
 
 
 def wrap(model, device):
@@ -331,9 +367,8 @@ def params_in_sync(model):
     import torch
     import torch.distributed as dist
 
-    tensors = [*model.parameters(), *model.buffers()]  # buffers: BatchNorm's statistics
-    differ = torch.zeros(1, device=tensors[0].device)  # on the model's device, for nccl
-    for t in tensors:
+    differ = torch.zeros(1, device=next(model.parameters()).device)  # nccl: on the GPU
+    for t in [*model.parameters(), *model.buffers()]:  # buffers: BatchNorm's statistics
         rank0 = t.detach().clone()
         dist.broadcast(rank0, src=0)  # every rank gets rank 0's copy
         differ += (rank0 != t).sum()
@@ -447,9 +482,6 @@ q1 = Exercise(
         "wrap_gpu_error": Mistake(),
     },
 )
-# The pace rule (a minute a line of the answer) gives 8 minutes; a newcomer has to invent a
-# communication pattern here (who sends, what is compared, how every rank learns the
-# verdict), which takes about 5 more.
 q2 = Exercise(
     "3.2",
     "params_in_sync",
@@ -466,7 +498,6 @@ q2 = Exercise(
         "hang": Mistake(hint="sync_same_answer"),
         "mismatch": Mistake(hint="sync_same_answer"),
     },
-    minutes=13,
 )
 q3 = Exercise(
     "3.3",
