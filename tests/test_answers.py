@@ -17,6 +17,7 @@ import textwrap
 import cloudpickle
 import nbformat
 import pytest
+from answers_03 import SWEEP_3_4
 from test_capstone import SWEEP_4_2
 
 from conftest import ROOT
@@ -1300,6 +1301,7 @@ SWEEP = {
         ],
         [in_sync_by_gathering_state_dicts, in_sync_by_max_and_min],
     ),
+    "3.4": SWEEP_3_4,  # Going further's accumulation, in tests/answers_03.py
     "4.1": (
         [
             (loader_returning_its_sampler, "loader_type"),

@@ -23,6 +23,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 from conftest import ROOT
 from ddp_helpers.exercises import capstone
+from ddp_helpers.exercises._core import weights_apart
 from ddp_helpers.exercises.capstone import GLOBAL_BATCH, LR, make_dataset, make_model
 from ddp_helpers.exercises.lesson02 import cleanup, setup
 from ddp_helpers.exercises.lesson03 import wrap
@@ -34,11 +35,11 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 SOLUTION = ROOT / "solutions" / "04_sampler_and_checkpoint.ipynb"
 
 
-def _steps(model, loader, optimizer, device):
+def _steps(model, loader, optimizer, device, reduction="mean"):
     for x, y in loader:
         x, y = x.to(device), y.to(device)
         optimizer.zero_grad()
-        torch.nn.functional.mse_loss(model(x), y).backward()
+        torch.nn.functional.mse_loss(model(x), y, reduction=reduction).backward()
         optimizer.step()
 
 
@@ -74,7 +75,16 @@ def no_sampler(epochs, path):
 
 
 def _converted(
-    epochs, path, set_epoch="top", save="rank0", batch=None, lr=LR, end=True, forward=None
+    epochs,
+    path,
+    set_epoch="top",
+    save="rank0",
+    batch=None,
+    lr=LR,
+    end=True,
+    forward=None,
+    reduction="mean",
+    momentum=0.0,
 ):
     """The conversion with one step done some way: the mistakes below differ in one step."""
     device = setup()
@@ -84,7 +94,7 @@ def _converted(
         loader = make_loader(data, GLOBAL_BATCH)
     else:
         loader = DataLoader(data, batch_size=batch, sampler=DistributedSampler(data))
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
     for epoch in range(epochs):
         if set_epoch == "top":
             loader.sampler.set_epoch(epoch)
@@ -97,7 +107,8 @@ def _converted(
         if save == "before":
             if dist.get_rank() == 0:
                 torch.save(model.module.state_dict(), path)
-        _steps(model.module if forward == "module" else model, loader, optimizer, device)
+        net = model.module if forward == "module" else model
+        _steps(net, loader, optimizer, device, reduction)
         if forward == "and_a_loss_pass":  # the epoch's loss, in a second pass over the data
             with torch.no_grad():
                 for x, y in loader:
@@ -208,6 +219,18 @@ def lr_scaled_by_the_world_size(epochs, path):
     return _converted(epochs, path, lr=LR * int(os.environ["WORLD_SIZE"]))
 
 
+def loss_summed_over_the_rows(epochs, path):
+    return _converted(epochs, path, reduction="sum")  # a step 8 times one process's on 2 ranks
+
+
+def a_learning_rate_a_hundred_times_too_large(epochs, path):
+    return _converted(epochs, path, lr=LR * 100)  # diverges: the weights end as nan
+
+
+def momentum_added_to_the_optimizer(epochs, path):
+    return _converted(epochs, path, momentum=0.9)  # the first step alike, the later ones not
+
+
 def barrier_inside_the_rank_zero_save(epochs, path):
     device = setup()
     model = wrap(make_model(), device)
@@ -300,7 +323,10 @@ SWEEP_4_2 = (
         (group_left_initialised, "group_left"),
         (returning_nothing, "no_model"),
         (forward_through_the_inner_model, "ranks_differ"),
-        (lr_scaled_by_the_world_size, "weights_differ"),
+        (lr_scaled_by_the_world_size, "lr_scaled"),
+        (loss_summed_over_the_rows, "loss_summed"),
+        (a_learning_rate_a_hundred_times_too_large, "weights_nan"),
+        (momentum_added_to_the_optimizer, "weights_differ"),
     ],
     [sampler_in_a_variable_and_a_save_helper, own_sampler_and_a_while_loop],
 )
@@ -407,3 +433,39 @@ def test_the_pasted_answers_are_those_of_their_exercises():
         assert ex.name == name
         notebook = _definitions(cell, {name})
         assert notebook == _definitions(inspect.getsource(ex.reference), {name}), name
+
+
+# ---------------------------------------------------------------- the weights, judged
+
+
+def test_a_nan_in_any_weight_fails_every_comparison():
+    # `nan > tolerance` is False: a comparison that asks that would pass a diverged run.
+    import math
+
+    good = {"a": torch.zeros(3), "b": torch.ones(2)}
+    for key in good:
+        bad = {**good, key: torch.tensor([0.0, math.nan, 1.0])[: len(good[key])]}
+        assert math.isnan(weights_apart(good, bad)), key
+        assert math.isnan(weights_apart(bad, good)), key
+        assert not capstone._finite(bad)
+    assert weights_apart(good, good) == 0.0 and capstone._finite(good)
+
+
+@pytest.mark.parametrize(
+    ("world", "factor", "named"),
+    [(2, 2, "lr_scaled"), (2, 8, "loss_summed"), (4, 2, None), (4, 4, None), (2, 1, None)],
+)
+def test_a_first_step_w_or_b_over_w_times_one_process_is_named(world, factor, named):
+    # On 4 ranks of 4 rows each both mistakes make the step 4 times one process's: only the
+    # 2-rank scenario (run first) tells them apart, so on 4 neither is named.
+    from ddp_helpers.exercises._core import Wrong
+
+    first = capstone.one_process_first_step()
+    before = capstone._weights(make_model())
+    early = [before, {k: v + factor * first[k] for k, v in before.items()}]
+    try:
+        capstone._name_the_step({"early": early}, first, "here", world)
+    except Wrong as wrong:
+        assert wrong.key == named
+    else:
+        assert named is None

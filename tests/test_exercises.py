@@ -76,14 +76,25 @@ def test_progress_shows_the_core_path_apart_from_going_further():
         "ex.progress()",
     )
     assert stream_text(outputs) == (
-        "Lesson 04: 2 of 3 exercises of the core path pass\n"
+        "Lesson 04: 1 of 2 exercises of the core path pass\n"
         "  4.1  make_loader              correct\n"
         "  4.2  train_ddp                missing\n"
+        "Going further (optional): 2 of 4 pass\n"
         "  4.3  quiz_answers             correct\n"
-        "Going further (optional): 1 of 3 pass\n"
         "  4.4  evaluate                 not started (optional)\n"
         "  4.5  save_checkpoint          correct\n"
         "  4.6  load_checkpoint          not started (optional)\n"
+    )
+
+
+def test_progress_at_the_end_of_the_core_path_names_the_exercises_still_ahead():
+    *_, outputs = run_cells(
+        "from ddp_helpers.exercises import lesson04 as ex\n"
+        "from ddp_helpers.exercises.lesson04 import make_loader",
+        "ex.progress()",
+    )
+    assert stream_text(outputs).splitlines()[-1] == (
+        "Going further (optional): exercises 4.3, 4.4, 4.5 and 4.6 below, not started"
     )
 
 
@@ -222,3 +233,29 @@ def test_every_mistake_a_check_raises_is_declared_by_an_exercise_of_its_module(l
     }
     raised = _raised_keys(module)
     assert raised and raised <= declared | set(RANK_MISTAKES), raised - declared
+
+
+def test_lesson_03s_setup_warns_when_cuda_is_there_but_the_rule_picks_gloo(monkeypatch):
+    # One GPU per task (CUDA_VISIBLE_DEVICES per rank, SLURM's --gpus-per-task=1): CUDA is
+    # available, yet each rank sees fewer GPUs than its machine runs ranks.
+    import warnings
+
+    import torch
+    import torch.distributed as dist
+
+    from ddp_helpers.exercises import lesson03
+
+    joined = []
+    monkeypatch.setattr(dist, "init_process_group", lambda backend: joined.append(backend))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    with pytest.warns(UserWarning, match=r"sees 1 GPU\(s\) for the 2 ranks") as seen:
+        assert lesson03.setup() == torch.device("cpu")
+    assert "--gpus-per-task=1" in str(seen[0].message) and joined == ["gloo"]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a machine without CUDA: gloo, and nothing to say
+        assert lesson03.setup() == torch.device("cpu")
+    assert joined == ["gloo", "gloo"]

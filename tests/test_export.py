@@ -37,6 +37,16 @@ def _logged_save(obj, f, *args, **kwargs):
 torch.save = _logged_save
 """
 
+# Started in every process of a run (PYTHONPATH): the machine one-GPU-per-task scheduling
+# gives each rank, CUDA there but one GPU visible to the process, however many ranks it has.
+ONE_GPU_VISIBLE = """\
+import torch
+
+torch.cuda.is_available = lambda: True
+torch.cuda.device_count = lambda: 1
+"""
+WARNING = "warning: CUDA is available, but this process sees"
+
 
 def export(notebook, out):
     """`python -m ddp_helpers export NOTEBOOK -o OUT`, as the command line runs it."""
@@ -49,7 +59,7 @@ def export(notebook, out):
 
 
 def torchrun(script, *args, env=None):
-    """The script under `torchrun --standalone --nproc-per-node 2`, on loopback."""
+    """The script under `torchrun --standalone --nproc-per-node 2`, on loopback: its output."""
     out = subprocess.run(
         [
             sys.executable,
@@ -68,7 +78,7 @@ def torchrun(script, *args, env=None):
         env=dict(os.environ, OMP_NUM_THREADS="1", **(env or {})),
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    return out.stdout
+    return out
 
 
 def test_the_exported_capstone_runs_under_torchrun_saves_once_and_equals_one_process(tmp_path):
@@ -82,7 +92,8 @@ def test_the_exported_capstone_runs_under_torchrun_saves_once_and_equals_one_pro
     log = tmp_path / "saves.log"
     env = {"PYTHONPATH": str(spy), "SAVES_LOG": str(log)}
 
-    torchrun(script, "--epochs", "2", "--checkpoint", "ckpt.pt", env=env)
+    run = torchrun(script, "--epochs", "2", "--checkpoint", "ckpt.pt", env=env)
+    assert WARNING not in run.stderr  # no CUDA here: nothing to warn about
 
     # Rank 0 alone wrote, once after each epoch, to the path given on the command line.
     assert log.read_text().splitlines() == ["0 ckpt.pt", "0 ckpt.pt"]
@@ -133,6 +144,50 @@ def test_the_script_picks_nccl_by_the_gpus_of_its_own_machine(
     # nccl with device_id= this rank's GPU (without it, barrier() warns); gloo without one.
     assert chosen == [("nccl", "cuda:1") if backend == "nccl" else ("gloo", "None")]
     assert str(device) == ("cuda:1" if backend == "nccl" else "cpu")
+
+
+@pytest.mark.parametrize(
+    ("cuda", "gpus", "rank", "warned"),
+    [(True, 1, "0", True), (True, 2, "0", False), (False, 0, "0", False), (True, 1, "1", False)],
+)
+def test_the_script_warns_before_training_when_cuda_is_there_but_gloo_is_picked(
+    tmp_path, monkeypatch, capsys, cuda, gpus, rank, warned
+):
+    # 2 ranks on the machine: 1 GPU visible is one GPU per task; 2 is nccl; no CUDA, no word.
+    script = tmp_path / "train.py"
+    assert export(SOLUTION, script).returncode == 0
+    main = runpy.run_path(str(script), run_name="exported")["main"]
+    said_before_training = []  # what the script printed by the time it began to train
+    train = lambda *args: said_before_training.append(capsys.readouterr())  # noqa: E731
+    monkeypatch.setitem(main.__globals__, "train_ddp", train)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    env = {"RANK": rank, "LOCAL_RANK": rank, "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}
+    monkeypatch.setattr(os, "environ", dict(os.environ, **env))
+    monkeypatch.setattr(sys, "argv", ["train.py", "--epochs", "1"])
+    main()
+    (said,) = said_before_training
+    assert said.out == ""
+    if warned:
+        assert said.err.startswith(WARNING) and said.err.count("\n") == 1, said.err
+        assert "sees 1 GPU(s) for LOCAL_WORLD_SIZE=2 ranks" in said.err
+        assert "pick_backend() chose gloo and the job trains on the CPU" in said.err
+        assert "CUDA_VISIBLE_DEVICES per rank, e.g. SLURM --gpus-per-task=1" in said.err
+    else:
+        assert said.err == ""
+
+
+def test_under_torchrun_one_gpu_per_task_is_said_once_and_the_job_still_trains(tmp_path):
+    script = tmp_path / "train.py"
+    assert export(SOLUTION, script).returncode == 0
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "sitecustomize.py").write_text(ONE_GPU_VISIBLE)
+    run = torchrun(script, "--epochs", "1", env={"PYTHONPATH": str(fake)})
+    warnings = [line for line in run.stderr.splitlines() if WARNING in line]
+    assert len(warnings) == 1, run.stderr[-3000:]  # rank 0's, not one per rank
+    assert "sees 1 GPU(s) for LOCAL_WORLD_SIZE=2 ranks" in warnings[0]
+    assert (tmp_path / "checkpoint.pt").exists()  # trained on the CPU, with gloo
 
 
 def test_the_script_name_goes_in_its_header_and_nowhere_else(tmp_path):

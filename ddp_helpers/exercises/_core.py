@@ -69,6 +69,10 @@ MESSAGES = i18n.messages(
         "progress_header": "Lesson {lesson}: {passed} of {total} exercises pass",
         "progress_core": "Lesson {lesson}: {passed} of {total} exercises of the core path pass",
         "progress_further": "Going further (optional): {passed} of {total} pass",
+        "progress_further_ahead": "Going further (optional): exercise {ids} below, not started",
+        "progress_further_ahead_many": (
+            "Going further (optional): exercises {ids} below, not started"
+        ),
         "further_missing": "not started (optional)",
         "hang": (
             "The check did not finish within {timeout:g} s: a rank waited in a collective "
@@ -437,6 +441,17 @@ def run_on_ranks(harness, *args, nprocs: int = 2, nnodes: int = 1, timeout: floa
         raise
 
 
+def weights_apart(a: dict, b: dict) -> float:
+    """The largest |a - b| over two state dicts: nan if any is nan (which no tolerance
+    passes: compare with `not diff <= tol`), inf if their keys differ."""
+    import math
+
+    if a.keys() != b.keys():
+        return math.inf
+    diffs = [(a[k].double() - b[k].double()).abs().max().item() for k in a]
+    return math.nan if any(map(math.isnan, diffs)) else max(diffs, default=0.0)
+
+
 def rank_folder(folder: str, rank: int) -> str:
     """The subfolder of rank `rank` in a check's folder: what lands there shows who wrote."""
     import os
@@ -488,7 +503,11 @@ def progress(exercises: list[Exercise], lesson: str, namespace: dict | None = No
     further = [(ex, r) for ex, r in zip(exercises, results, strict=True) if ex.further]
     header = "progress_core" if further else "progress_header"
     _progress_table(MESSAGES[header].format(lesson=lesson, **_counts(core)), core)
-    if further:
+    if further and all(r.status is CheckStatus.MISSING for _, r in further):
+        ids = [ex.id for ex, _ in further]  # the notebook has not come to them yet
+        key = "progress_further_ahead" if len(ids) == 1 else "progress_further_ahead_many"
+        print(Texts().text(key, ids=ids[0] if len(ids) == 1 else and_list(ids)))
+    elif further:
         _progress_table(MESSAGES["progress_further"].format(**_counts(further)), further)
 
 

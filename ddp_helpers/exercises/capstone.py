@@ -20,6 +20,7 @@ from ._core import (
     rank_folder,
     rank_folders,
     run_on_ranks,
+    weights_apart,
     writers,
 )
 
@@ -51,6 +52,15 @@ MESSAGES = messages(
             "learning rate and mean loss stay as they are: DDP averages the ranks' "
             "gradients, so a step on W ranks is the step one process takes on the whole "
             "global batch."
+        ),
+        "hint.scale": (
+            "DDP averages the ranks' gradients. With each rank's loss the mean over its "
+            "GLOBAL_BATCH // world_size rows, that average is the gradient of the mean over "
+            "the whole global batch: one process's step, with the script's learning rate. A "
+            'summed loss (reduction="sum") makes every step GLOBAL_BATCH // world_size '
+            "times as large; a learning rate multiplied by the world size, world_size times. "
+            "Scaling the learning rate with the world size is a rule of thumb for a global "
+            "batch that grows with the ranks; here the global batch is fixed."
         ),
         "hint.save": (
             "One process of the whole job writes the checkpoint: the one whose global rank, "
@@ -164,6 +174,28 @@ MESSAGES = messages(
             "to {diff:.2e})."
         ),
         "ranks_differ.title": "the ranks ended with different weights",
+        "lr_scaled": (
+            "On {where}, the first step moved the weights {world} times as far as one "
+            "process's first step on the same global batch, {world} being the world size: "
+            "the learning rate was multiplied by it. The global batch is GLOBAL_BATCH = "
+            "{batch} examples on any number of ranks, and DDP averages the ranks' gradients, "
+            "so the script's LR is already the right one."
+        ),
+        "lr_scaled.title": "the learning rate scaled by the world size",
+        "loss_summed": (
+            "On {where}, the first step moved the weights {rows} times as far as one "
+            "process's first step on the same global batch, {rows} being the rows of each "
+            "rank's part: the loss was summed over the rows "
+            '(reduction="sum"), not averaged. '
+            "DDP averages the ranks' gradients, and that average is the gradient of the "
+            "global batch's mean loss only when each rank's loss is the mean of its rows."
+        ),
+        "loss_summed.title": "a summed loss instead of the mean",
+        "weights_nan": (
+            "On {where}, rank {rank} ended with weights that are not finite (nan or inf): the "
+            "training diverged. Steps much larger than one process's do that."
+        ),
+        "weights_nan.title": "the weights diverged to nan or inf",
         "weights_differ": (
             "On {where} the final weights differ from one process's trained on the same "
             "global batches by up to {diff:.2e} (allowed: {tol:g})."
@@ -226,6 +258,7 @@ def train_ddp(epochs, path):
 
 def _install_spies(record: dict) -> None:
     """Record, whatever names the answer imported them under, what DDP and the sampler do."""
+    import torch
     from torch.nn.parallel import DistributedDataParallel
     from torch.utils.data.distributed import DistributedSampler
 
@@ -240,6 +273,8 @@ def _install_spies(record: dict) -> None:
         def batch_size(_, inputs):
             first = inputs[0] if inputs else None
             record["batches"].append(len(first) if hasattr(first, "__len__") else None)
+            if len(record["early"]) < 2 and torch.is_grad_enabled():
+                record["early"].append(_weights(module))  # before the first step, and after
 
         self.register_forward_pre_hook(batch_size)
 
@@ -271,7 +306,14 @@ def _capstone_harness(train_ddp, epochs, folder):
     import torch.distributed as dist
 
     rank = int(os.environ["RANK"])
-    record = {"wrapped": [], "batches": [], "passes": [], "set_epoch": [], "iterated": set()}
+    record = {
+        "wrapped": [],
+        "batches": [],
+        "passes": [],
+        "set_epoch": [],
+        "iterated": set(),
+        "early": [],
+    }
     _install_spies(record)
     try:
         model = train_ddp(epochs, os.path.join(rank_folder(folder, rank), "ckpt.pt"))
@@ -319,10 +361,53 @@ def one_process_weights(epochs: int) -> dict:
     return _weights(model)
 
 
-def _max_diff(a: dict, b: dict) -> float:
-    if a.keys() != b.keys():
-        return float("inf")
-    return max((a[k].double() - b[k].double()).abs().max().item() for k in a)
+def one_process_first_step() -> dict:
+    """What one process's first step changes in each weight: the answer's first is compared."""
+    import torch
+
+    x, y = make_dataset().tensors
+    model = make_model()
+    before = _weights(model)
+    batch = global_batches(0)[0]
+    torch.nn.functional.mse_loss(model(x[batch]), y[batch]).backward()
+    torch.optim.SGD(model.parameters(), lr=LR).step()
+    return {k: v - before[k] for k, v in _weights(model).items()}
+
+
+def _finite(weights: dict) -> bool:
+    return all(bool(v.isfinite().all()) for v in weights.values() if v.is_floating_point())
+
+
+def _step_ratio(early: list[dict], first_step: dict) -> float | None:
+    """How many times one process's first step the answer's first step was, when it was one
+    (every weight moved by the same multiple); else None."""
+    import torch
+
+    if len(early) < 2 or not early[0].keys() == early[1].keys() == first_step.keys():
+        return None
+    step = torch.cat([(early[1][k] - early[0][k]).double().flatten() for k in first_step])
+    want = torch.cat([first_step[k].double().flatten() for k in first_step])
+    ratio = float(step @ want / (want @ want))
+    off = (step - ratio * want).abs().max().item()
+    return ratio if ratio > 0 and off <= 1e-3 * ratio * want.abs().max().item() else None
+
+
+def _name_the_step(r: dict, first_step: dict, where, world: int) -> None:
+    """Raise the mistake a first step of W or B/W times one process's shows, if it is one.
+
+    On W ranks with B/W rows each, DDP's average of summed losses is B/W times the mean's
+    gradient; a learning rate times W, W times. At W = 4, B = 16 the two are alike: the
+    2-rank scenario, run first, tells them apart.
+    """
+    ratio = _step_ratio(r["early"], first_step)
+    rows = GLOBAL_BATCH // world
+    named = [
+        key
+        for key, factor in (("lr_scaled", world), ("loss_summed", rows))
+        if ratio is not None and abs(ratio - factor) <= 1e-3 * factor
+    ]
+    if len(named) == 1:
+        raise Wrong(named[0], where=where, world=world, rows=rows, batch=GLOBAL_BATCH)
 
 
 def _run_scenario(fn, ranks: int, nodes: int) -> tuple[list[dict], list[int], object]:
@@ -414,6 +499,30 @@ def _judge_checkpoint(wrote: list[int], saved, world: int, nodes: int) -> None:
         raise Wrong("ckpt_strict", error=str(exc).splitlines()[0]) from None
 
 
+def _judge_weights(results: list[dict], saved, where, world: int, reference: dict) -> float:
+    """Finite, saved, alike on every rank, one process's: the final weights, judged.
+
+    Each comparison is written `not diff <= TOLERANCE`, so that a nan fails it.
+    """
+    final = results[0]["weights"]
+    for rank, r in enumerate(results):
+        if not _finite(r["weights"]):
+            _name_the_step(results[0], reference["first_step"], where, world)
+            raise Wrong("weights_nan", where=where, rank=rank)
+    stale = weights_apart(saved, final)
+    if not stale <= TOLERANCE:
+        raise Wrong("ckpt_stale", diff=stale)
+    for rank, r in enumerate(results[1:], 1):
+        diff = weights_apart(r["weights"], final)
+        if not diff <= TOLERANCE:
+            raise Wrong("ranks_differ", rank=rank, diff=diff)
+    diff = weights_apart(final, reference["weights"])
+    if not diff <= TOLERANCE:
+        _name_the_step(results[0], reference["first_step"], where, world)
+        raise Wrong("weights_differ", where=where, diff=diff, tol=TOLERANCE)
+    return diff
+
+
 def _judge(fn, ranks: int, nodes: int, reference: dict) -> float:
     results, wrote, saved = _run_scenario(fn, ranks, nodes)
     _judge_training(results, ranks)
@@ -424,27 +533,16 @@ def _judge(fn, ranks: int, nodes: int, reference: dict) -> float:
     for rank, r in enumerate(results):
         if r["left_initialised"]:
             raise Wrong("group_left", rank=rank)
-    final = results[0]["weights"]
-    stale = _max_diff(saved, final)
-    if stale > TOLERANCE:
-        raise Wrong("ckpt_stale", diff=stale)
-    for rank, r in enumerate(results[1:], 1):
-        diff = _max_diff(r["weights"], final)
-        if diff > TOLERANCE:
-            raise Wrong("ranks_differ", rank=rank, diff=diff)
-    diff = _max_diff(final, reference)
-    if diff > TOLERANCE:
-        where = (
-            Phrase("where", ranks=ranks)
-            if nodes == 1
-            else Phrase("where_nodes", nodes=nodes, per_node=ranks // nodes)
-        )
-        raise Wrong("weights_differ", where=where, diff=diff, tol=TOLERANCE)
-    return diff
+    where = (
+        Phrase("where", ranks=ranks)
+        if nodes == 1
+        else Phrase("where_nodes", nodes=nodes, per_node=ranks // nodes)
+    )
+    return _judge_weights(results, saved, where, ranks, reference)
 
 
 def _check_train_ddp(fn) -> Phrase:
-    reference = one_process_weights(EPOCHS)
+    reference = {"weights": one_process_weights(EPOCHS), "first_step": one_process_first_step()}
     diff = max(_judge(fn, ranks, nodes, reference) for ranks, nodes in SCENARIOS)
     return Phrase("ok", diff=diff, tol=TOLERANCE)
 
@@ -461,7 +559,7 @@ exercise = Exercise(
     _check_train_ddp,
     train_ddp,
     texts=MESSAGES,
-    hints=("recipe", "epoch", "batch", "save", "code"),
+    hints=("recipe", "epoch", "batch", "scale", "save", "code"),
     mistakes={
         "not_wrapped": Mistake(hint="recipe"),
         "no_sampler": Mistake(hint="recipe"),
@@ -486,6 +584,9 @@ exercise = Exercise(
         "ckpt_stale": Mistake(hint="save"),
         "ranks_differ": Mistake(hint="recipe"),
         "weights_differ": Mistake(hint="batch"),
+        "lr_scaled": Mistake(hint="scale"),
+        "loss_summed": Mistake(hint="scale"),
+        "weights_nan": Mistake(hint="scale"),
         # The usual hang: a collective inside `if rank == 0:`.
         "hang": Mistake(hint="save"),
         "mismatch": Mistake(hint="save"),

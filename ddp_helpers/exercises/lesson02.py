@@ -677,6 +677,7 @@ q4 = Exercise(
         "hang": Mistake(hint="avg_same_calls"),
         "mismatch": Mistake(hint="avg_same_calls"),
     },
+    further=True,  # in the lesson's optional Going further section
 )
 EXERCISES = [q1, q2, q3, q4]
 

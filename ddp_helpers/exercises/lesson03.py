@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from ..i18n import messages
-from ._core import Exercise, Listed, Mistake, Phrase, Wrong, run_on_ranks
+from ._core import Exercise, Listed, Mistake, Phrase, Wrong, run_on_ranks, weights_apart
 from ._core import progress as _progress
 
 MESSAGES = messages(
@@ -161,6 +161,65 @@ MESSAGES = messages(
         ),
         "ratio_other.title": "another ratio",
         "ratio_ok": "DDP's update is 1 / world_size = 0.5 of the single-process one.",
+        "hint.accum_no_sync": (
+            "Inside `with model.no_sync():` a backward() only adds to each .grad; the next "
+            "backward() outside it all-reduces the sum. So every micro-batch but the step's "
+            "last runs inside no_sync(), and the last one outside."
+        ),
+        "hint.accum_mean": (
+            "k backward() calls add k gradients. To get the gradient of the step's mean loss, "
+            "divide each micro-batch's loss by k before backward()."
+        ),
+        "hint.accum_step": (
+            "One optimizer step per k micro-batches: step (and zero the gradients) after the "
+            "step's last micro-batch only, once its backward() has averaged them."
+        ),
+        "hint.accum_code": (
+            "for i, (x, y) in enumerate(micro_batches): last = (i + 1) % k == 0; with "
+            "contextlib.nullcontext() if last else model.no_sync(): "
+            "(mse_loss(model(x), y) / k).backward(); then if last: optimizer.step(); "
+            "optimizer.zero_grad()."
+        ),
+        "accum_no_sync": (
+            "DDP all-reduced {got} times for {steps} optimizer steps: every micro-batch's "
+            "backward() exchanged the gradients. Only the step's last needs to."
+        ),
+        "accum_no_sync.title": "no no_sync(): an all-reduce per micro-batch",
+        "accum_reduces": (
+            "DDP all-reduced {got} times for {steps} optimizer steps; one all-reduce a step "
+            "is what accumulation is for."
+        ),
+        "accum_reduces.title": "not one all-reduce per optimizer step",
+        "accum_step_each": (
+            "The optimizer stepped {got} times: once per micro-batch. With {k} micro-batches "
+            "a step it steps {steps} times, after each step's last."
+        ),
+        "accum_step_each.title": "an optimizer step on every micro-batch",
+        "accum_steps": (
+            "The optimizer stepped {got} times; {steps} steps of {k} micro-batches each."
+        ),
+        "accum_steps.title": "not one optimizer step per k micro-batches",
+        "accum_ranks_differ": (
+            "The ranks ended with different weights (by up to {diff:.1e}): some micro-batches' "
+            "gradients were never averaged. The all-reduce belongs to the step's last "
+            "micro-batch, when the .grad holds all of them."
+        ),
+        "accum_ranks_differ.title": "the all-reduce before the step's last micro-batch",
+        "accum_not_divided": (
+            "The weights are those of one process with a learning rate {k} times larger: "
+            "the {k} micro-batches' gradients were added up, not averaged."
+        ),
+        "accum_not_divided.title": "the loss not divided by k",
+        "accum_weights": (
+            "The final weights differ from one process's on the global batches (micro-batch "
+            "x k x world size = {rows} rows a step) by up to {diff:.2e} (allowed: {tol:g})."
+        ),
+        "accum_weights.title": "not the weights of one process on the global batch",
+        "accum_ok": (
+            "On 2 ranks, {steps} optimizer steps of {k} micro-batches of {micro} rows: the "
+            "weights of one process on global batches of {rows} rows (max |dW| = {diff:.1e}), "
+            "and {steps} all-reduces, one a step."
+        ),
         "gpus_idle": (
             "CUDA is available, but this process sees {gpus} GPU(s) for the {ranks} ranks of "
             "its machine (LOCAL_WORLD_SIZE), so setup() chose gloo and this rank works on the "
@@ -450,6 +509,102 @@ def make_batches(steps=STEPS, batch=BATCH):
     return x, x.sum(-1, keepdim=True).sin() + 0.1 * torch.randn(steps, batch, 1, generator=gen)
 
 
+# Exercise 3.4: k micro-batches of MICRO rows per rank per optimizer step, on 2 ranks.
+ACCUM_K, ACCUM_STEPS, MICRO, ACCUM_RANKS, LR = 4, 3, 2, 2, 0.1
+TOLERANCE = 1e-6
+
+
+def train_accumulated(model, optimizer, micro_batches, k):
+    import contextlib
+
+    import torch
+
+    for i, (x, y) in enumerate(micro_batches):
+        last = (i + 1) % k == 0  # the step's last micro-batch: DDP all-reduces this one
+        with contextlib.nullcontext() if last else model.no_sync():
+            loss = torch.nn.functional.mse_loss(model(x), y) / k  # the step's mean
+            loss.backward()
+        if last:
+            optimizer.step()
+            optimizer.zero_grad()
+
+
+def _accumulation_data(world: int):
+    """Each global batch of MICRO x ACCUM_K x world rows, and rank r's micro-batches."""
+    x, y = make_batches(ACCUM_STEPS, MICRO * ACCUM_K * world)
+
+    def micro_batches(rank):
+        parts = [
+            (xs.chunk(world)[rank], ys.chunk(world)[rank]) for xs, ys in zip(x, y, strict=True)
+        ]
+        return [m for xs, ys in parts for m in zip(xs.split(MICRO), ys.split(MICRO), strict=True)]
+
+    return (x, y), micro_batches
+
+
+def _accumulation_harness(fn):
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo")
+    try:
+        rank, world = dist.get_rank(), dist.get_world_size()
+        model, reduces, steps = DDP(make_model()), [], []
+
+        def counting_hook(_, bucket):  # DDP's own arithmetic: divide, then sum
+            reduces.append(bucket.index())
+            future = dist.all_reduce(bucket.buffer().div_(world), async_op=True).get_future()
+            return future.then(lambda f: f.value()[0])
+
+        model.register_comm_hook(None, counting_hook)
+        optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+        real_step = optimizer.step
+        optimizer.step = lambda *a, **kw: (steps.append(1), real_step(*a, **kw))[1]
+        fn(model, optimizer, _accumulation_data(world)[1](rank), ACCUM_K)
+        weights = {k: v.detach().clone() for k, v in model.module.state_dict().items()}
+        return {"weights": weights, "reduces": len(reduces), "steps": len(steps)}
+    finally:
+        dist.destroy_process_group()
+
+
+def _one_process_accumulated(lr: float) -> dict:
+    import torch
+
+    (x, y), _ = _accumulation_data(ACCUM_RANKS)
+    model = make_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    for xs, ys in zip(x, y, strict=True):
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(xs), ys).backward()
+        optimizer.step()
+    return model.state_dict()
+
+
+def _check_accumulated(fn) -> Phrase:
+    runs = run_on_ranks(_accumulation_harness, fn, nprocs=ACCUM_RANKS)
+    counts = {"steps": ACCUM_STEPS, "k": ACCUM_K}
+    got = runs[0]
+    if got["steps"] == ACCUM_STEPS * ACCUM_K:
+        raise Wrong("accum_step_each", got=got["steps"], **counts)
+    if got["steps"] != ACCUM_STEPS:
+        raise Wrong("accum_steps", got=got["steps"], **counts)
+    if got["reduces"] == ACCUM_STEPS * ACCUM_K:
+        raise Wrong("accum_no_sync", got=got["reduces"], steps=ACCUM_STEPS)
+    apart = weights_apart(runs[0]["weights"], runs[1]["weights"])
+    if not apart == 0.0:  # nan included
+        raise Wrong("accum_ranks_differ", diff=apart)
+    if got["reduces"] != ACCUM_STEPS:
+        raise Wrong("accum_reduces", got=got["reduces"], steps=ACCUM_STEPS)
+    rows = MICRO * ACCUM_K * ACCUM_RANKS
+    diff = weights_apart(got["weights"], _one_process_accumulated(LR))
+    if diff <= TOLERANCE:
+        return Phrase("accum_ok", micro=MICRO, rows=rows, diff=diff, **counts)
+    if weights_apart(got["weights"], _one_process_accumulated(LR * ACCUM_K)) <= TOLERANCE:
+        raise Wrong("accum_not_divided", k=ACCUM_K)
+    raise Wrong("accum_weights", rows=rows, diff=diff, tol=TOLERANCE)
+
+
 def predict_summed_loss_ratio():
     return 0.5
 
@@ -511,7 +666,26 @@ q3 = Exercise(
         "ratio_other": Mistake(hint="ratio_average"),
     },
 )
-EXERCISES = [q1, q2, q3]
+# The pace rule applies (8 lines); the exercise is in Going further, outside the estimate.
+q4 = Exercise(
+    "3.4",
+    "train_accumulated",
+    _check_accumulated,
+    train_accumulated,
+    texts=MESSAGES,
+    hints=("accum_no_sync", "accum_mean", "accum_step", "accum_code"),
+    mistakes={
+        "accum_no_sync": Mistake(hint="accum_no_sync"),
+        "accum_reduces": Mistake(hint="accum_no_sync"),
+        "accum_step_each": Mistake(hint="accum_step"),
+        "accum_steps": Mistake(hint="accum_step"),
+        "accum_ranks_differ": Mistake(hint="accum_no_sync"),
+        "accum_not_divided": Mistake(hint="accum_mean"),
+        "accum_weights": Mistake(hint="accum_mean"),
+    },
+    further=True,
+)
+EXERCISES = [q1, q2, q3, q4]
 
 
 def progress() -> None:

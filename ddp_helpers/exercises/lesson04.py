@@ -19,6 +19,7 @@ from ._core import (
 )
 from ._core import progress as _progress
 from .capstone import exercise as q2  # exercise 4.2, the capstone: a script turned into DDP
+from .capstone import make_dataset, make_model  # noqa: F401 - the capstone's data and model, as ex.make_dataset
 
 MESSAGES = messages(
     "exercises.lesson04",
@@ -184,12 +185,13 @@ MESSAGES = messages(
         ),
         "eval_correct.title": "another number correct than one process counts",
         "eval_ok": (
-            "{want} of {n} correct, exactly what one process with rank 0's model counts: "
-            "every example once, the work split, in eval mode, on {ranks} ranks; training "
-            "mode restored. (The check uses its own data set of {n} points and its own "
-            "model, with BatchNorm and dropout, trained a step first: its counts are not "
-            "the notebook's.)"
+            "On {ranks} ranks, with the check's own model (BatchNorm and dropout, trained a "
+            "step first) and its own data ({cases}), exactly what one process with rank 0's "
+            "model counts: every example once, the work split, in eval mode, every rank with "
+            "rank 0's BatchNorm statistics; training mode restored. (Its counts are not the "
+            "notebook's.)"
         ),
+        "eval_case": "{want} of {n} examples correct",
         "hint.save_one_writer": (
             "Only one rank of the whole job writes: the copies are identical, and several "
             "processes writing one file at the same time can corrupt it. That is the global "
@@ -283,9 +285,10 @@ MESSAGES = messages(
             "weights, optimizer and epoch restored."
         ),
         "hint.quiz_reread": (
-            "Reread the cells that showed each of these: the weights before and after "
-            "DDP(...) in lesson 03, the gradient printed right after backward(), the "
-            "set_epoch picture above, and why the copies stay identical."
+            "Reread where each of these was shown: in lesson 03's core path, the weights "
+            "before and after DDP(...) and one weight's gradient on two ranks after "
+            "backward(); above, how the sampler draws each epoch's order (seed + epoch); and "
+            "why the copies stay identical."
         ),
         "quiz_shape": "Return a dict with the answers to questions 1-{n}, each 'a', 'b' or 'c'.",
         "quiz_shape.title": "not a dict of answers",
@@ -569,6 +572,7 @@ EVALUATE_CASES = ((2, 517), (2, 513))
 
 
 def _check_evaluate(fn, cases=EVALUATE_CASES) -> Phrase:
+    counted = []
     for ranks, n in cases:
         results = run_on_ranks(_evaluate_harness, fn, n, nprocs=ranks)
         for rank, r in enumerate(results):
@@ -597,7 +601,13 @@ def _check_evaluate(fn, cases=EVALUATE_CASES) -> Phrase:
         _judge_counts(answers, n, ranks)
         if answers[0][0] != want:
             raise Wrong("eval_correct", n=n, got=answers[0][0], want=want)
-    return Phrase("eval_ok", want=want, n=n, ranks=ranks)
+        counted.append(Phrase("eval_case", want=want, n=n))
+    worlds = sorted({world for world, _ in cases})
+    return Phrase(
+        "eval_ok",
+        ranks=worlds[0] if len(worlds) == 1 else and_list(worlds),
+        cases=counted[0] if len(counted) == 1 else and_list(counted),
+    )
 
 
 def _hidden_evaluate(fn) -> Phrase:
@@ -867,6 +877,7 @@ q3 = Exercise(
         "quiz_shape": Mistake(hint="quiz_reread"),
         "quiz_wrong": Mistake(hint="quiz_reread"),
     },
+    further=True,
 )
 q4 = Exercise(
     "4.4",

@@ -191,9 +191,23 @@ class Kernel:
         stop_tree(self.proc)
 
 
-def error_text(error: dict) -> str:
+# Where a frame of IPython's traceback begins: a notebook cell's, or a file's.
+_FRAME = re.compile(r"(Cell In\[\d+\]|Input In \[\d+\]|File )")
+_CELL_FRAME = ("Cell In[", "Input In [")
+
+
+def error_text(error: dict, keep: int = 25) -> str:
+    """A traceback for the learner's feedback: its last `keep` lines (where it happened),
+    after the learner's own innermost cell frame when that one is further up (stopped deep
+    inside a library, the learner still sees which line of theirs was running)."""
     text = strip_ansi("\n".join(error.get("traceback") or []))
     if not text.strip():
         text = f"{error.get('ename')}: {error.get('evalue')}"
     lines = text.strip().splitlines()
-    return "\n".join(lines[-25:])  # the end of a traceback is where it happened
+    tail = lines[-keep:]
+    starts = [i for i, line in enumerate(lines) if _FRAME.match(line)]
+    cells = [i for i in starts if lines[i].startswith(_CELL_FRAME)]
+    if not cells or cells[-1] >= len(lines) - keep:
+        return "\n".join(tail)
+    end = next((i for i in starts if i > cells[-1]), len(lines))
+    return "\n".join([*lines[cells[-1] : end], "...", *tail])
