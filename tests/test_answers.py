@@ -17,7 +17,7 @@ import textwrap
 import cloudpickle
 import nbformat
 import pytest
-from answers_03 import SWEEP_3_4
+from answers_further import SWEEP_3_4, SWEEP_3_5, SWEEP_4_7
 from test_capstone import SWEEP_4_2
 
 from conftest import ROOT
@@ -1301,7 +1301,8 @@ SWEEP = {
         ],
         [in_sync_by_gathering_state_dicts, in_sync_by_max_and_min],
     ),
-    "3.4": SWEEP_3_4,  # Going further's accumulation, in tests/answers_03.py
+    "3.4": SWEEP_3_4,  # Going further's, in tests/answers_further.py
+    "3.5": SWEEP_3_5,
     "4.1": (
         [
             (loader_returning_its_sampler, "loader_type"),
@@ -1317,6 +1318,7 @@ SWEEP = {
         [loader_with_explicit_ranks, loader_with_imported_names],
     ),
     "4.2": SWEEP_4_2,  # the capstone's answers, in tests/test_capstone.py
+    "4.7": SWEEP_4_7,
     "4.4": (
         [
             (evaluate_returning_the_accuracy, "eval_shape"),

@@ -10,8 +10,10 @@ from __future__ import annotations
 import itertools
 import os
 import socket
+import sys
 import time
 
+import cloudpickle
 import psutil
 import pytest
 
@@ -20,10 +22,14 @@ from ddp_helpers.procs import with_this_package
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
+# The ranks get `faulty` by value: importing this module (and pytest) in each of them took
+# seconds of a hang case's short limit on a slow machine, and the hang was not reached.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
 NPROCS = 3
 FAULTS = ("raise", "exit", "sigkill", "hang")
 WHERE = ("before_init", "in_collective", "after_destroy")
-HANG_TIMEOUT = 1.0
+HANG_TIMEOUT = 3.0  # time to start 3 ranks and reach the hang, on a loaded 2-core machine
 
 
 def faulty(fault, bad_rank, where):

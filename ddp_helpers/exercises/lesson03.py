@@ -220,6 +220,36 @@ MESSAGES = messages(
             "weights of one process on global batches of {rows} rows (max |dW| = {diff:.1e}), "
             "and {steps} all-reduces, one a step."
         ),
+        "hint.bytes_ring": (
+            "A ring all-reduce is a reduce-scatter (N - 1 steps) then an all-gather (N - 1 "
+            "steps); in each step every rank sends one N-th of the tensor to its neighbour."
+        ),
+        "hint.bytes_size": "A float32 gradient takes 4 bytes: the tensor is 4 x params bytes.",
+        "hint.bytes_formula": "2 x (world_size - 1) / world_size x 4 x params.",
+        "bytes_no_float": ("{got:.0f} bytes counts gradients, not bytes: each float32 takes 4."),
+        "bytes_no_float.title": "params, not bytes",
+        "bytes_one_pass": (
+            "{got:.0f} bytes is one pass around the ring, the reduce-scatter; the all-gather "
+            "that follows sends as much again."
+        ),
+        "bytes_one_pass.title": "the reduce-scatter only",
+        "bytes_whole_tensor": (
+            "{got:.0f} bytes sends the whole tensor twice; in a ring each step sends one N-th "
+            "of it, 2(N - 1) steps in all."
+        ),
+        "bytes_whole_tensor.title": "the whole tensor at each step",
+        "bytes_to_everyone": (
+            "{got:.0f} bytes sends every other rank the whole tensor, as a naive exchange "
+            "would; the ring sends less than twice the tensor, whatever N."
+        ),
+        "bytes_to_everyone.title": "every rank sent the whole tensor",
+        "bytes_other": "{got!r} is not it, for {params} parameters on {world} ranks.",
+        "bytes_other.title": "another number",
+        "bytes_ok": (
+            "2(N - 1)/N x 4 x params: {cases}. It tends to twice the gradients' bytes, "
+            "whatever the number of ranks."
+        ),
+        "bytes_case": "{world} ranks, {params} parameters: {bytes:.0f} bytes",
         "gpus_idle": (
             "CUDA is available, but this process sees {gpus} GPU(s) for the {ranks} ranks of "
             "its machine (LOCAL_WORLD_SIZE), so setup() chose gloo and this rank works on the "
@@ -605,6 +635,40 @@ def _check_accumulated(fn) -> Phrase:
     raise Wrong("accum_weights", rows=rows, diff=diff, tol=TOLERANCE)
 
 
+def bytes_sent(params, world_size):
+    return 2 * (world_size - 1) / world_size * 4 * params
+
+
+# (params, world size): exercise 3.5's cases, the lesson's wide model among them.
+BYTES_CASES = ((1_000_000, 2), (1_000_000, 4), (1_059_841, 8), (10, 1))
+
+
+def _check_bytes(fn) -> Phrase:
+    for params, world in BYTES_CASES:
+        want = 2 * (world - 1) / world * 4 * params
+        got = fn(params, world)
+        if isinstance(got, (int, float)) and abs(got - want) <= 1e-6 * max(want, 1):
+            continue
+        fields = {"got": got, "params": params, "world": world}
+        if not isinstance(got, (int, float)) or world == 1:
+            raise Wrong("bytes_other", **fields)
+        wrong = {
+            "bytes_no_float": want / 4,
+            "bytes_one_pass": want / 2,
+            "bytes_whole_tensor": 2 * 4 * params,
+            "bytes_to_everyone": (world - 1) * 4 * params,
+        }
+        for key, value in wrong.items():
+            if abs(got - value) <= 1e-6 * value:
+                raise Wrong(key, got=got)
+        raise Wrong("bytes_other", **fields)
+    cases = [
+        Phrase("bytes_case", world=w, params=p, bytes=2 * (w - 1) / w * 4 * p)
+        for p, w in BYTES_CASES[:2]
+    ]
+    return Phrase("bytes_ok", cases=Listed(cases))
+
+
 def predict_summed_loss_ratio():
     return 0.5
 
@@ -685,7 +749,23 @@ q4 = Exercise(
     },
     further=True,
 )
-EXERCISES = [q1, q2, q3, q4]
+q5 = Exercise(
+    "3.5",
+    "bytes_sent",
+    _check_bytes,
+    bytes_sent,
+    texts=MESSAGES,
+    hints=("bytes_ring", "bytes_size", "bytes_formula"),
+    mistakes={
+        "bytes_no_float": Mistake(hint="bytes_size"),
+        "bytes_one_pass": Mistake(hint="bytes_ring"),
+        "bytes_whole_tensor": Mistake(hint="bytes_ring"),
+        "bytes_to_everyone": Mistake(hint="bytes_ring"),
+        "bytes_other": Mistake(hint="bytes_ring"),
+    },
+    further=True,
+)
+EXERCISES = [q1, q2, q3, q4, q5]
 
 
 def progress() -> None:

@@ -1,0 +1,162 @@
+"""What an all_reduce costs: measured on N ranks, fitted, plotted (lesson 03, Going further).
+
+The ring all-reduce model: on N ranks, a tensor of S bytes is reduced in 2(N - 1) steps
+(a reduce-scatter, then an all-gather), each moving S / N bytes to the next rank, so each
+rank sends 2(N - 1)/N x S bytes and a call costs about 2(N - 1) x alpha + 2(N - 1)/N x S / beta,
+alpha the latency of one step and beta the bandwidth of one link.
+"""
+
+from __future__ import annotations
+
+from .i18n import messages
+
+# Message sizes from 4 KiB to 16 MiB, by factors of 4.
+SIZES = tuple(4096 * 4**k for k in range(7))
+
+MESSAGES = messages(
+    "communication",
+    {
+        "xlabel": "message size (bytes)",
+        "ylabel": "all_reduce time (s)",
+        "title": "all_reduce on gloo, this machine",
+        "measured": "{ranks} ranks, measured",
+        "fitted": "{ranks} ranks, ring model fitted",
+    },
+)
+
+
+def ring_bytes_sent(nbytes: float, world_size: int) -> float:
+    """Bytes each rank sends in a ring all-reduce of a tensor of `nbytes` bytes."""
+    return 2 * (world_size - 1) / world_size * nbytes
+
+
+def _time_all_reduce(sizes, repeats: int) -> dict[int, float]:
+    """Run in every rank: the median seconds of an all_reduce of each size (float32)."""
+    import statistics
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    try:
+        times = {}
+        for size in sizes:
+            tensor = torch.ones(size // 4)
+            dist.all_reduce(tensor)  # a first call connects and warms the buffers
+            runs = []
+            for _ in range(repeats):
+                dist.barrier()
+                start = time.perf_counter()
+                dist.all_reduce(tensor)
+                runs.append(time.perf_counter() - start)
+            times[size] = statistics.median(runs)
+        return times
+    finally:
+        dist.destroy_process_group()
+
+
+def measure_all_reduce(ranks=(2, 4), sizes=SIZES, repeats: int = 15) -> dict[int, dict[int, float]]:
+    """{ranks: {bytes: seconds}}: rank 0's median all_reduce time for each size."""
+    from .launcher import launch
+
+    return {n: launch(_time_all_reduce, sizes, repeats, nprocs=n, timeout=300).rank0 for n in ranks}
+
+
+def fit_ring(times: dict[int, float], world_size: int) -> tuple[float, float]:
+    """(alpha in seconds, beta in bytes/s) of the ring model, least squares on `times`."""
+    import numpy as np
+
+    steps = 2 * (world_size - 1)
+    sizes = np.array(sorted(times), dtype=float)
+    seconds = np.array([times[s] for s in sorted(times)])
+    design = np.stack([np.full_like(sizes, steps), ring_bytes_sent(sizes, world_size)], axis=1)
+    # Relative errors, as the log-log plot shows them: every size weighs alike.
+    weights = 1 / seconds
+    (alpha, inverse_beta), *_ = np.linalg.lstsq(
+        design * weights[:, None], seconds * weights, rcond=None
+    )
+    return float(alpha), float(1 / inverse_beta)
+
+
+def ring_time(nbytes: float, world_size: int, alpha: float, beta: float) -> float:
+    """The ring model's seconds for one all_reduce of `nbytes` bytes."""
+    return 2 * (world_size - 1) * alpha + ring_bytes_sent(nbytes, world_size) / beta
+
+
+def plot_all_reduce(measured: dict[int, dict[int, float]]):
+    """Measured times against size on log axes, with each world size's fitted ring model."""
+    import matplotlib.pyplot as plt
+
+    from .pictures import use_fonts
+
+    use_fonts()
+    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    for n, times in measured.items():
+        alpha, beta = fit_ring(times, n)
+        sizes = sorted(times)
+        (line,) = ax.plot(
+            sizes, [times[s] for s in sizes], "o", label=MESSAGES["measured"].format(ranks=n)
+        )
+        ax.plot(
+            sizes,
+            [ring_time(s, n, alpha, beta) for s in sizes],
+            "-",
+            color=line.get_color(),
+            label=MESSAGES["fitted"].format(ranks=n),
+        )
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel(MESSAGES["xlabel"])
+    ax.set_ylabel(MESSAGES["ylabel"])
+    ax.set_title(MESSAGES["title"])
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def _time_ddp_step(hidden: int, layers: int, steps: int) -> dict:
+    """Run in every rank: each bucket's bytes, and the median span of a step's all-reduces
+    (from the first bucket handed over to the last one reduced), timed by a comm hook."""
+    import statistics
+    import time
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from .scaling import make_mlp
+
+    dist.init_process_group("gloo")
+    try:
+        world = dist.get_world_size()
+        model = DDP(make_mlp(hidden, layers))
+        starts, ends, buckets = [], [], {}
+
+        def timing_hook(_, bucket):
+            starts.append(time.perf_counter())
+            buckets[bucket.index()] = bucket.buffer().numel() * bucket.buffer().element_size()
+            future = dist.all_reduce(bucket.buffer().div_(world), async_op=True).get_future()
+            return future.then(lambda f: (ends.append(time.perf_counter()), f.value()[0])[1])
+
+        model.register_comm_hook(None, timing_hook)
+        x, y = torch.randn(64, 8), torch.randn(64, 1)
+        spans = []
+        for step in range(steps + 2):  # two steps first: buckets rebuilt, buffers warm
+            starts.clear(), ends.clear()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            if step >= 2:
+                spans.append(max(ends) - min(starts))
+        return {
+            "bucket_bytes": [buckets[i] for i in sorted(buckets)],
+            "span": statistics.median(spans),
+        }
+    finally:
+        dist.destroy_process_group()
+
+
+def time_ddp_step(hidden: int = 1024, layers: int = 2, world_size: int = 2, steps: int = 5) -> dict:
+    """Rank 0's buckets and its measured communication span per step (see _time_ddp_step)."""
+    from .launcher import launch
+
+    return launch(_time_ddp_step, hidden, layers, steps, nprocs=world_size, timeout=300).rank0

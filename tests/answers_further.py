@@ -1,0 +1,256 @@
+"""Learners' answers to Going further's exercises (3.4, 3.5, 4.7), for test_answers.py's sweep.
+
+Each wrong answer is a mistake the check must name; each right one differs from the
+reference in how it is written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+
+import cloudpickle
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+# ---------------------------------------------------------------- 3.4 train_accumulated
+
+
+def accumulate_without_no_sync(model, optimizer, micro_batches, k):
+    for i, (x, y) in enumerate(micro_batches):
+        (F.mse_loss(model(x), y) / k).backward()  # every backward all-reduces
+        if (i + 1) % k == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+
+
+def accumulate_without_dividing(model, optimizer, micro_batches, k):
+    for i, (x, y) in enumerate(micro_batches):
+        last = (i + 1) % k == 0
+        with contextlib.nullcontext() if last else model.no_sync():
+            F.mse_loss(model(x), y).backward()  # k gradients added up
+        if last:
+            optimizer.step()
+            optimizer.zero_grad()
+
+
+def accumulate_stepping_every_micro_batch(model, optimizer, micro_batches, k):
+    for i, (x, y) in enumerate(micro_batches):
+        with contextlib.nullcontext() if (i + 1) % k == 0 else model.no_sync():
+            (F.mse_loss(model(x), y) / k).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+
+def accumulate_syncing_the_first_micro_batch(model, optimizer, micro_batches, k):
+    for i, (x, y) in enumerate(micro_batches):
+        first = i % k == 0  # the all-reduce comes before the other micro-batches' gradients
+        with contextlib.nullcontext() if first else model.no_sync():
+            (F.mse_loss(model(x), y) / k).backward()
+        if (i + 1) % k == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+
+
+def accumulate_without_zeroing(model, optimizer, micro_batches, k):
+    for i, (x, y) in enumerate(micro_batches):
+        last = (i + 1) % k == 0
+        with contextlib.nullcontext() if last else model.no_sync():
+            (F.mse_loss(model(x), y) / k).backward()
+        if last:
+            optimizer.step()  # the next step adds to these gradients
+
+
+def accumulate_with_two_all_reduces_a_step(model, optimizer, micro_batches, k):
+    for i, (x, y) in enumerate(micro_batches):
+        synced = (i + 1) % k == 0 or (i + 1) % k == k // 2
+        with contextlib.nullcontext() if synced else model.no_sync():
+            (F.mse_loss(model(x), y) / k).backward()
+        if (i + 1) % k == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+
+
+def accumulate_all_then_step_once(model, optimizer, micro_batches, k):
+    for i, (x, y) in enumerate(micro_batches):
+        with contextlib.nullcontext() if (i + 1) % k == 0 else model.no_sync():
+            (F.mse_loss(model(x), y) / k).backward()
+    optimizer.step()  # one step for all the micro-batches of every step
+
+
+def accumulate_in_groups_of_k(model, optimizer, micro_batches, k):
+    steps = [micro_batches[i : i + k] for i in range(0, len(micro_batches), k)]
+    for step in steps:
+        optimizer.zero_grad(set_to_none=True)
+        with model.no_sync():
+            for x, y in step[:-1]:
+                (F.mse_loss(model(x), y) / len(step)).backward()
+        x, y = step[-1]
+        (F.mse_loss(model(x), y) / len(step)).backward()
+        optimizer.step()
+
+
+def accumulate_with_an_exit_stack(model, optimizer, micro_batches, k):
+    for i, (x, y) in enumerate(micro_batches):
+        with contextlib.ExitStack() as stack:
+            if (i + 1) % k:
+                stack.enter_context(model.no_sync())
+            loss = torch.nn.functional.mse_loss(model(x), y, reduction="sum") / (len(y) * k)
+            loss.backward()
+        if not (i + 1) % k:
+            optimizer.step()
+            optimizer.zero_grad()
+
+
+SWEEP_3_4 = (
+    [
+        (accumulate_without_no_sync, "accum_no_sync"),
+        (accumulate_without_dividing, "accum_not_divided"),
+        (accumulate_stepping_every_micro_batch, "accum_step_each"),
+        (accumulate_syncing_the_first_micro_batch, "accum_ranks_differ"),
+        (accumulate_without_zeroing, "accum_weights"),
+        (accumulate_with_two_all_reduces_a_step, "accum_reduces"),
+        (accumulate_all_then_step_once, "accum_steps"),
+    ],
+    [accumulate_in_groups_of_k, accumulate_with_an_exit_stack],
+)
+
+
+# ---------------------------------------------------------------- 3.5 bytes_sent
+
+
+def bytes_counting_gradients(params, world_size):
+    return 2 * (world_size - 1) / world_size * params
+
+
+def bytes_of_the_reduce_scatter_only(params, world_size):
+    return (world_size - 1) / world_size * 4 * params
+
+
+def bytes_of_the_whole_tensor_each_way(params, world_size):
+    return 2 * 4 * params
+
+
+def bytes_sent_to_every_rank(params, world_size):
+    return (world_size - 1) * 4 * params
+
+
+def bytes_of_the_tensor_once(params, world_size):
+    return 4 * params
+
+
+def bytes_step_by_step(params, world_size):
+    steps = 2 * (world_size - 1)  # a reduce-scatter, then an all-gather
+    return steps * (4 * params / world_size)
+
+
+def bytes_in_integers(params, world_size):
+    return 8 * params * (world_size - 1) // world_size
+
+
+SWEEP_3_5 = (
+    [
+        (bytes_counting_gradients, "bytes_no_float"),
+        (bytes_of_the_reduce_scatter_only, "bytes_one_pass"),
+        (bytes_of_the_whole_tensor_each_way, "bytes_whole_tensor"),
+        (bytes_sent_to_every_rank, "bytes_to_everyone"),
+        (bytes_of_the_tensor_once, "bytes_other"),
+    ],
+    [bytes_step_by_step, bytes_in_integers],
+)
+
+
+# ---------------------------------------------------------------- 4.7 gather_all
+
+
+def _lengths(values):
+    n = torch.tensor([len(values)])
+    lengths = [torch.zeros_like(n) for _ in range(dist.get_world_size())]
+    dist.all_gather(lengths, n)
+    return [int(k) for k in lengths]
+
+
+def gather_without_padding(values):
+    parts = [torch.zeros_like(values) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, values)  # every rank's size assumed to be this rank's
+    return torch.cat(parts)
+
+
+def gather_keeping_the_padding(values):
+    lengths = _lengths(values)
+    padded = values.new_zeros(max(lengths))
+    padded[: len(values)] = values
+    parts = [torch.zeros_like(padded) for _ in lengths]
+    dist.all_gather(parts, padded)
+    return torch.cat(parts)
+
+
+def gather_leaving_out_the_last_rank(values):
+    lengths = _lengths(values)
+    padded = values.new_zeros(max(lengths))
+    padded[: len(values)] = values
+    parts = [torch.zeros_like(padded) for _ in lengths]
+    dist.all_gather(parts, padded)
+    return torch.cat([p[:k] for p, k in zip(parts[:-1], lengths[:-1], strict=True)])
+
+
+def gather_for_rank_zero_only(values):
+    lengths = _lengths(values)
+    padded = values.new_zeros(max(lengths))
+    padded[: len(values)] = values
+    parts = [torch.zeros_like(padded) for _ in lengths]
+    dist.all_gather(parts, padded)
+    if dist.get_rank() == 0:  # "only rank 0 computes the metric"
+        return torch.cat([p[:k] for p, k in zip(parts, lengths, strict=True)])
+    return values
+
+
+def gather_in_reverse(values):
+    lengths = _lengths(values)
+    padded = values.new_zeros(max(lengths))
+    padded[: len(values)] = values
+    parts = [torch.zeros_like(padded) for _ in lengths]
+    dist.all_gather(parts, padded)
+    return torch.cat([p[:k] for p, k in reversed(list(zip(parts, lengths, strict=True)))])
+
+
+def gather_padded_with_floats(values):
+    lengths = _lengths(values)
+    padded = torch.zeros(max(lengths))  # float, whatever the values are
+    padded[: len(values)] = values
+    parts = [torch.zeros_like(padded) for _ in lengths]
+    dist.all_gather(parts, padded)
+    return torch.cat([p[:k] for p, k in zip(parts, lengths, strict=True)])
+
+
+def gather_as_objects(values):
+    parts = [None] * dist.get_world_size()
+    dist.all_gather_object(parts, values.tolist())
+    return torch.tensor([v for part in parts for v in part], dtype=values.dtype)
+
+
+def gather_with_a_mask(values):
+    lengths = torch.tensor(_lengths(values))
+    padded = torch.zeros(int(lengths.max()), dtype=values.dtype)
+    padded[: len(values)] = values
+    parts = [torch.empty_like(padded) for _ in range(len(lengths))]
+    dist.all_gather(parts, padded)
+    keep = torch.arange(int(lengths.max()))[None, :] < lengths[:, None]
+    return torch.stack(parts)[keep]
+
+
+SWEEP_4_7 = (
+    [
+        (gather_without_padding, "gather_sizes"),
+        (gather_keeping_the_padding, "gather_padding"),
+        (gather_leaving_out_the_last_rank, "gather_count"),
+        (gather_for_rank_zero_only, "gather_disagree"),
+        (gather_in_reverse, "gather_order"),
+        (gather_padded_with_floats, "gather_dtype"),
+    ],
+    [gather_as_objects, gather_with_a_mask],
+)

@@ -1,0 +1,41 @@
+"""The all_reduce cost model behind lesson 03's Going further: arithmetic, fit, plot, a run."""
+
+from __future__ import annotations
+
+import pytest
+
+from ddp_helpers import communication as comm
+
+
+def test_a_ring_all_reduce_sends_2_n_minus_1_over_n_of_the_tensor():
+    assert comm.ring_bytes_sent(4_000_000, 2) == 4_000_000
+    assert comm.ring_bytes_sent(4_000_000, 4) == 6_000_000
+    assert comm.ring_bytes_sent(4_000_000, 1) == 0
+
+
+def test_the_fit_recovers_latency_and_bandwidth_from_times_the_model_made():
+    for n in (2, 4):
+        times = {s: comm.ring_time(s, n, alpha=2e-4, beta=1.5e9) for s in comm.SIZES}
+        alpha, beta = comm.fit_ring(times, n)
+        assert alpha == pytest.approx(2e-4, rel=1e-6) and beta == pytest.approx(1.5e9, rel=1e-6)
+
+
+def test_the_plot_has_the_measured_points_and_the_fitted_line_of_each_world_size():
+    times = {n: {s: comm.ring_time(s, n, 1e-4, 1e9) for s in comm.SIZES} for n in (2, 4)}
+    fig = comm.plot_all_reduce(times)
+    ax = fig.axes[0]
+    assert [line.get_label() for line in ax.lines] == [
+        "2 ranks, measured",
+        "2 ranks, ring model fitted",
+        "4 ranks, measured",
+        "4 ranks, ring model fitted",
+    ]
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+
+
+def test_measured_on_real_ranks_times_grow_with_the_size_and_a_ddp_step_is_timed():
+    measured = comm.measure_all_reduce(ranks=(2,), sizes=(4096, 4 * 2**20), repeats=3)
+    small, large = measured[2][4096], measured[2][4 * 2**20]
+    assert 0 < small < large
+    step = comm.time_ddp_step(hidden=64, layers=1, world_size=2, steps=2)
+    assert step["span"] > 0 and sum(step["bucket_bytes"]) == 4 * (8 * 64 + 64 + 64 + 1)
