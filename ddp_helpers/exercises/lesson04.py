@@ -10,6 +10,7 @@ from ._core import (
     Exercise,
     Mistake,
     Phrase,
+    Texts,
     Wrong,
     and_list,
     rank_folder,
@@ -309,6 +310,7 @@ MESSAGES = messages(
         ),
         "quiz_why_4": "Think about how the ranks' copies of the model compare after each step.",
         "quiz_ok": "All {n} answers right.",
+        "finish_first": "This cell uses your {names}: finish those exercises first.",
         "hint.gather_pad": (
             "all_gather needs a tensor of one size on every rank. First all_gather each "
             "rank's length (a one-element tensor), then pad this rank's values with zeros to "
@@ -1109,6 +1111,12 @@ q7 = Exercise(
     further=True,
 )
 EXERCISES = [q1, q2, q3, q4, q5, q6, q7]
+
+
+def finish_first(*names: str) -> None:
+    """Said by a cell of lesson 04 that runs the learner's answers while one is a stub."""
+    shown = and_list([f"`{name}`" for name in names])
+    print(Texts(MESSAGES).text("finish_first", names=shown))
 
 
 def progress() -> None:
