@@ -21,6 +21,14 @@ MESSAGES = messages(
         "title": "all_reduce on gloo, this machine",
         "measured": "{ranks} ranks, measured",
         "fitted": "{ranks} ranks, ring model fitted",
+        "ring_start": "start: each rank its own gradient, in N parts",
+        "ring_scatter": "reduce-scatter, step {step}: each rank sends one part to the next",
+        "ring_gather": "all-gather, step {step}: each rank passes on a finished part",
+        "ring_rank": "rank {rank}",
+        "ring_title": (
+            "Ring all-reduce on {n} ranks: the number in a part counts the ranks summed in "
+            "it; outlined, the part each rank sent in that step"
+        ),
     },
 )
 
@@ -160,3 +168,80 @@ def time_ddp_step(hidden: int = 1024, layers: int = 2, world_size: int = 2, step
     from .launcher import launch
 
     return launch(_time_ddp_step, hidden, layers, steps, nprocs=world_size, timeout=300).rank0
+
+
+def ring_states(n: int) -> list[tuple[list[list[int]], list[tuple[int, int]]]]:
+    """The ring all-reduce on n ranks, state by state: for each rank and part, how many
+    ranks' gradients are summed in it, and the (rank, part) each rank sent to reach it."""
+    counts = [[1] * n for _ in range(n)]
+    states = [([row[:] for row in counts], [])]
+    for step in range(n - 1):  # reduce-scatter: rank r sends part r - step, the next adds
+        sent = [(r, (r - step) % n) for r in range(n)]
+        before = [row[:] for row in counts]
+        for r, part in sent:
+            counts[(r + 1) % n][part] += before[r][part]
+        states.append(([row[:] for row in counts], sent))
+    for step in range(n - 1):  # all-gather: rank r passes its finished part r + 1 - step on
+        sent = [(r, (r + 1 - step) % n) for r in range(n)]
+        before = [row[:] for row in counts]
+        for r, part in sent:
+            counts[(r + 1) % n][part] = before[r][part]
+        states.append(([row[:] for row in counts], sent))
+    return states
+
+
+def draw_ring_all_reduce(n: int = 4):
+    """The ring all-reduce's 2(n - 1) steps on n ranks, as a grid of ranks' parts."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    from .pictures import use_fonts
+
+    use_fonts()
+    states = ring_states(n)
+    fig, ax = plt.subplots(figsize=(10.5, 0.7 * len(states) + 0.8))
+    cmap = plt.get_cmap("Blues")
+    for row, (counts, sent) in enumerate(states):
+        y = len(states) - 1 - row
+        for r in range(n):
+            for part in range(n):
+                x = r * (n + 1) + part
+                done = counts[r][part]
+                ax.add_patch(Rectangle((x, y), 0.9, 0.7, color=cmap(0.15 + 0.75 * done / n)))
+                ax.text(
+                    x + 0.45,
+                    y + 0.35,
+                    str(done),
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white" if done > n / 2 else "black",
+                )
+            for sender, part in sent:
+                if sender == r:
+                    ax.add_patch(
+                        Rectangle(
+                            (r * (n + 1) + part, y), 0.9, 0.7, fill=False, lw=2, ec="darkorange"
+                        )
+                    )
+        if row == 0:
+            label = MESSAGES["ring_start"]
+        elif row < n:
+            label = MESSAGES["ring_scatter"].format(step=row)
+        else:
+            label = MESSAGES["ring_gather"].format(step=row - n + 1)
+        ax.text(n * (n + 1) + 0.2, y + 0.35, label, va="center", fontsize=8)
+    for r in range(n):
+        ax.text(
+            r * (n + 1) + n / 2 - 0.05,
+            len(states) + 0.1,
+            MESSAGES["ring_rank"].format(rank=r),
+            ha="center",
+            fontsize=9,
+        )
+    ax.set_xlim(-0.3, n * (n + 1) + 15.5)
+    ax.set_ylim(-0.3, len(states) + 0.7)
+    ax.set_axis_off()
+    ax.set_title(MESSAGES["ring_title"].format(n=n), fontsize=10)
+    fig.tight_layout()
+    return fig

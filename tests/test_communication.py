@@ -39,3 +39,18 @@ def test_measured_on_real_ranks_times_grow_with_the_size_and_a_ddp_step_is_timed
     assert 0 < small < large
     step = comm.time_ddp_step(hidden=64, layers=1, world_size=2, steps=2)
     assert step["span"] > 0 and sum(step["bucket_bytes"]) == 4 * (8 * 64 + 64 + 64 + 1)
+
+
+def test_the_ring_pictured_sums_each_part_once_then_spreads_it_in_2_n_minus_1_steps():
+    import matplotlib.pyplot as plt
+
+    for n in (2, 3, 4):
+        states = comm.ring_states(n)
+        assert len(states) == 1 + 2 * (n - 1)
+        scattered, _ = states[n - 1]  # after the reduce-scatter: one finished part each
+        assert sorted(row.count(n) for row in scattered) == [1] * n
+        assert all(count == n for row in states[-1][0] for count in row)
+        assert all(len(sent) == n for _, sent in states[1:])  # every rank sends every step
+    fig = comm.draw_ring_all_reduce(4)
+    fig.canvas.draw()
+    plt.close(fig)

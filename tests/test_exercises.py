@@ -79,11 +79,12 @@ def test_progress_shows_the_core_path_apart_from_going_further():
         "Lesson 04: 1 of 2 exercises of the core path pass\n"
         "  4.1  make_loader              correct\n"
         "  4.2  train_ddp                missing\n"
-        "Going further (optional): 2 of 4 pass\n"
+        "Going further (optional): 2 of 5 pass\n"
         "  4.3  quiz_answers             correct\n"
         "  4.4  evaluate                 not started (optional)\n"
         "  4.5  save_checkpoint          correct\n"
         "  4.6  load_checkpoint          not started (optional)\n"
+        "  4.7  gather_all               not started (optional)\n"
     )
 
 
@@ -94,7 +95,7 @@ def test_progress_at_the_end_of_the_core_path_names_the_exercises_still_ahead():
         "ex.progress()",
     )
     assert stream_text(outputs).splitlines()[-1] == (
-        "Going further (optional): exercises 4.3, 4.4, 4.5 and 4.6 below, not started"
+        "Going further (optional): exercises 4.3, 4.4, 4.5, 4.6 and 4.7 below, not started"
     )
 
 
