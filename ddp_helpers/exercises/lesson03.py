@@ -5,7 +5,15 @@ from __future__ import annotations
 import os
 
 from ..i18n import messages
-from ._core import Exercise, Listed, Mistake, Phrase, Wrong, run_on_ranks, weights_apart
+from ._core import (
+    Exercise,
+    Listed,
+    Mistake,
+    Phrase,
+    Wrong,
+    run_on_ranks,
+    weights_apart,
+)
 from ._core import progress as _progress
 
 MESSAGES = messages(
@@ -249,7 +257,7 @@ MESSAGES = messages(
             "2(N - 1)/N x 4 x params: {cases}. It tends to twice the gradients' bytes, "
             "whatever the number of ranks."
         ),
-        "bytes_case": "{world} ranks, {params} parameters: {bytes:.0f} bytes",
+        "bytes_case": "{bytes:.0f} bytes for {params} parameters on {world} ranks",
         "gpus_idle": (
             "CUDA is available, but this process sees {gpus} GPU(s) for the {ranks} ranks of "
             "its machine (LOCAL_WORLD_SIZE), so setup() chose gloo and this rank works on the "
