@@ -10,6 +10,11 @@ import psutil
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# "At once", for a failure or a stop that would otherwise take a minute or forever (a rank
+# sleeping 60 s, a collective's 60 s timeout, a cell that never ends): far under those, so
+# passing still proves the launcher did not wait them out, and loose enough for a 2-core
+# machine under make test's load, where 3 s was once not enough (a raise took 3.8 s in CI).
+SOON = 15.0
 sys.path.insert(0, str(ROOT))
 
 

@@ -12,6 +12,7 @@ import time
 import psutil
 import pytest
 
+from conftest import SOON
 from ddp_helpers import DistributedError, Results, launch, spawn
 from ddp_helpers.launcher import client
 from ddp_helpers.procs import with_this_package
@@ -214,7 +215,7 @@ def test_a_raising_rank_fails_fast_with_its_traceback():
         launch(raise_on_rank_one, nprocs=3)
     elapsed = time.monotonic() - t0
     err = info.value
-    assert elapsed < 3, f"took {elapsed:.1f} s"
+    assert elapsed < SOON, f"took {elapsed:.1f} s"
     assert err.kind == "exception" and err.rank == 1 and err.exc_type == "ValueError"
     assert err.exc_message == "the batch had 3 items, expected 4"
     text = err.render()
@@ -271,7 +272,7 @@ def test_a_killed_rank_is_reported_with_the_signal_name():
     t0 = time.monotonic()
     with pytest.raises(DistributedError) as info:
         launch(die, nprocs=2)
-    assert time.monotonic() - t0 < 3
+    assert time.monotonic() - t0 < SOON
     assert info.value.kind == "signal" and info.value.signal_name == "SIGKILL"
     assert "rank 1 was killed by SIGKILL (signal 9)" in info.value.render()
 
@@ -301,7 +302,7 @@ def test_timeout_stops_every_rank_and_shows_where_each_was():
     with pytest.raises(DistributedError) as info:
         launch(sleepy, nprocs=2, timeout=1.5)
     elapsed = time.monotonic() - t0
-    assert 1.5 <= elapsed < 4.5
+    assert 1.5 <= elapsed < 1.5 + SOON
     err = info.value
     assert err.kind == "timeout" and sorted(err.stacks) == [0, 1]
     for stack in err.stacks.values():

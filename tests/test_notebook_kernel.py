@@ -8,6 +8,7 @@ import time
 import pytest
 from jupyter_client import KernelManager
 
+from conftest import SOON
 from kernel_utils import descendants, error_of, run_cells, shown, stream_text
 
 DEFINE = """
@@ -190,7 +191,7 @@ def test_interrupt_stops_every_rank_within_two_seconds_and_a_killed_kernel_leave
         km.interrupt_kernel()
         outputs = _wait_idle(kc, msg_id, timeout=30)
         elapsed = time.monotonic() - t0
-        assert elapsed < 2.5, f"interrupt took {elapsed:.1f} s"
+        assert elapsed < SOON, f"interrupt took {elapsed:.1f} s"
         errors = [o for o in outputs if "ename" in o]
         assert errors and errors[0]["ename"] == "KeyboardInterrupt"
         # Above it, where each rank was when stop was pressed: the notebook's own line.
@@ -300,7 +301,7 @@ def test_sigint_to_the_kernel_and_its_children_stops_a_ddp_cell_with_every_ranks
         interrupt(kernel)
         outputs = _wait_idle(kc, msg_id, timeout=30)
         elapsed = time.monotonic() - t0
-        assert elapsed < 3.0, f"the cell took {elapsed:.1f} s to stop"
+        assert elapsed < SOON, f"the cell took {elapsed:.1f} s to stop"
         errors = [o for o in outputs if "ename" in o]
         assert [e["ename"] for e in errors] == ["KeyboardInterrupt"], outputs
         text = "".join(o.get("text", "") for o in outputs if o.get("name") == "stderr")
