@@ -1,4 +1,4 @@
-"""`python -m ddp_helpers export`: lesson 04's capstone as a torchrun script."""
+"""`python -m ddp_helpers export`: lesson 04's capstone as a torchrun job that resumes."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def export(notebook, out):
     return subprocess.CompletedProcess([], code, stdout.getvalue(), stderr.getvalue())
 
 
-def torchrun(script, *args, env=None):
+def torchrun(script, *args, env=None, restarts=0):
     """The script under `torchrun --standalone --nproc-per-node 2`, on loopback: its output."""
     out = subprocess.run(
         [
@@ -68,6 +68,8 @@ def torchrun(script, *args, env=None):
             "--standalone",
             "--nproc-per-node",
             "2",
+            "--max-restarts",
+            str(restarts),
             script.name,
             *args,
         ],
@@ -79,6 +81,15 @@ def torchrun(script, *args, env=None):
     )
     assert out.returncode == 0, out.stderr[-3000:]
     return out
+
+
+def weights_diff(saved, reference):
+    assert saved.keys() == reference.keys()  # the plain model's keys: no `module.`
+    return max((saved[k] - reference[k]).abs().max().item() for k in reference)
+
+
+def epoch_lines(stdout):
+    return [line for line in stdout.splitlines() if line.startswith(("epoch ", "resuming "))]
 
 
 def test_the_exported_capstone_runs_under_torchrun_saves_once_and_equals_one_process(tmp_path):
@@ -95,14 +106,101 @@ def test_the_exported_capstone_runs_under_torchrun_saves_once_and_equals_one_pro
     run = torchrun(script, "--epochs", "2", "--checkpoint", "ckpt.pt", env=env)
     assert WARNING not in run.stderr  # no CUDA here: nothing to warn about
 
-    # Rank 0 alone wrote, once after each epoch, to the path given on the command line.
-    assert log.read_text().splitlines() == ["0 ckpt.pt", "0 ckpt.pt"]
+    # Rank 0 alone wrote, once after each epoch, beside the path given on the command line,
+    # then moved it there (no .tmp is left); and rank 0 alone said each epoch's loss.
+    assert log.read_text().splitlines() == ["0 ckpt.pt.tmp", "0 ckpt.pt.tmp"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt", "saves.log", "spy", "train.py"]
-    saved = torch.load(tmp_path / "ckpt.pt", map_location="cpu", weights_only=True)
+    lines = epoch_lines(run.stdout)
+    assert [line.split(":")[0] for line in lines] == ["epoch 0", "epoch 1"], run.stdout
+    assert all(line.endswith("over 96 examples") for line in lines), lines  # all ranks' share
+    snapshot = torch.load(tmp_path / "ckpt.pt", map_location="cpu", weights_only=True)
+    assert snapshot.keys() == {"model", "optimizer", "epoch"} and snapshot["epoch"] == 1
     reference = capstone.one_process_weights(2)  # one process, the same global batches
-    assert saved.keys() == reference.keys()  # the plain model's keys: no `module.`
-    diff = max((saved[k] - reference[k]).abs().max().item() for k in reference)
+    diff = weights_diff(snapshot["model"], reference)
     assert diff < 1e-6, diff
+
+
+def test_the_logged_loss_is_the_mean_over_every_rank_and_batch(tmp_path):
+    script = tmp_path / "train.py"
+    assert export(SOLUTION, script).returncode == 0
+    run = torchrun(script, "--epochs", "1")
+    (line,) = epoch_lines(run.stdout)
+    logged = float(line.split("loss ")[1].split()[0])
+    # One process on the same 6 global batches of 16, each batch's loss before its step.
+    x, y = capstone.make_dataset().tensors
+    model = capstone.make_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=capstone.LR)
+    losses = []
+    for batch in capstone.global_batches(0):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x[batch]), y[batch])
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert abs(logged - sum(losses) / len(losses)) < 1e-6, (logged, losses)
+
+
+def test_a_rank_killed_mid_training_is_restarted_by_torchrun_and_the_job_resumes(tmp_path):
+    script = tmp_path / "train.py"
+    assert export(SOLUTION, script).returncode == 0
+    # FAIL_AT_EPOCH: the script's own injected failure (rank 1, as epoch 2 begins, on the
+    # first start only). The store variable: a new store for each start (the script's
+    # warning and lesson 04 say why; benchmarks/torchrun_restart.py measures it).
+    env = {"FAIL_AT_EPOCH": "2", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    run = torchrun(script, "--epochs", "4", env=env, restarts=1)
+    assert "rank 1: dying at epoch 2 (FAIL_AT_EPOCH)" in run.stderr
+    assert [line.split(":")[0] for line in epoch_lines(run.stdout)] == [
+        "epoch 0",
+        "epoch 1",
+        "resuming from checkpoint.pt at epoch 2",
+        "epoch 2",
+        "epoch 3",
+    ], run.stdout
+    snapshot = torch.load(tmp_path / "checkpoint.pt", map_location="cpu", weights_only=True)
+    assert snapshot["epoch"] == 3
+    # The weights of a run that never failed: one process on the same global batches (the
+    # first test shows DDP equal to it), 1e-6.
+    diff = weights_diff(snapshot["model"], capstone.one_process_weights(4))
+    assert diff < 1e-6, diff
+    again = torchrun(script, "--epochs", "4")  # a finished job, started again: no training
+    assert epoch_lines(again.stdout) == [
+        "resuming from checkpoint.pt at epoch 4: all 4 epochs done (delete it to start over)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("restarts", "agent_store", "rank", "warned"),
+    [
+        ("1", "True", "0", True),
+        ("0", "True", "0", False),
+        ("1", "False", "0", False),
+        ("1", "True", "1", False),
+    ],
+)
+def test_the_script_warns_when_a_restart_would_meet_on_the_failed_starts_store(
+    tmp_path, monkeypatch, capsys, restarts, agent_store, rank, warned
+):
+    script = tmp_path / "train.py"
+    assert export(SOLUTION, script).returncode == 0
+    main = runpy.run_path(str(script), run_name="exported")["main"]
+    monkeypatch.setitem(main.__globals__, "train_job", lambda *args: None)
+    env = {
+        "RANK": rank,
+        "LOCAL_RANK": rank,
+        "WORLD_SIZE": "2",
+        "LOCAL_WORLD_SIZE": "2",
+        "TORCHELASTIC_MAX_RESTARTS": restarts,
+        "TORCHELASTIC_USE_AGENT_STORE": agent_store,
+    }
+    monkeypatch.setattr(os, "environ", dict(os.environ, **env))
+    monkeypatch.setattr(sys, "argv", ["train.py"])
+    main()
+    err = capsys.readouterr().err
+    if warned:
+        assert err.startswith("warning: torchrun may restart this job") and err.count("\n") == 1
+        assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in err and "#167288" in err
+    else:
+        assert err == ""
 
 
 def test_the_script_is_the_learners_code_without_the_course(tmp_path):
@@ -113,9 +211,11 @@ def test_the_script_is_the_learners_code_without_the_course(tmp_path):
     assert not [line for line in lines if "import" in line and "ddp_helpers" in line]
     assert "SOLUTION" not in text and "%load_ext" not in text
     code = runpy.run_path(str(script), run_name="exported")
-    for name in ("setup", "cleanup", "wrap", "make_loader", "train_ddp", "main"):
+    for name in ("setup", "cleanup", "wrap", "make_loader", "train_job", "main"):
         assert callable(code[name]), name
-    assert "train_one_process" not in code  # the one-process script stays in the notebook
+    # The notebook's one-process script and the capstone's train_ddp, which train_job grows
+    # from, stay in the notebook: the script holds no code it does not run.
+    assert "train_one_process" not in code and "train_ddp" not in code
 
 
 @pytest.mark.parametrize(
@@ -159,7 +259,7 @@ def test_the_script_warns_before_training_when_cuda_is_there_but_gloo_is_picked(
     main = runpy.run_path(str(script), run_name="exported")["main"]
     said_before_training = []  # what the script printed by the time it began to train
     train = lambda *args: said_before_training.append(capsys.readouterr())  # noqa: E731
-    monkeypatch.setitem(main.__globals__, "train_ddp", train)
+    monkeypatch.setitem(main.__globals__, "train_job", train)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
     env = {"RANK": rank, "LOCAL_RANK": rank, "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}
@@ -215,7 +315,7 @@ def test_imports_are_grouped_standard_library_first():
 def test_exporting_an_unfinished_lesson_names_the_missing_exercises(tmp_path):
     result = export(LESSON, tmp_path / "train.py")
     assert result.returncode == 2
-    named = "exercises 4.1 and 4.2, exercises 2.1, 2.2 and 2.3 from lesson 02 and exercise 3.1"
+    named = "exercise 4.1, exercises 2.1, 2.2 and 2.3 from lesson 02 and exercise 3.1"
     assert f"needs {named} from lesson 03" in result.stderr, result.stderr
     assert "paste your answers from the earlier lessons" in result.stderr
     assert not (tmp_path / "train.py").exists()
@@ -229,7 +329,7 @@ def test_a_lesson_whose_own_exercises_are_done_asks_only_for_the_pasted_ones(tmp
     answers = {c.source.split("(")[0]: c.source for c in solved.cells if c.cell_type == "code"}
     for cell in nb.cells:
         head = cell.source.split("(")[0]
-        if cell.cell_type == "code" and head in ("def make_loader", "def train_ddp"):
+        if cell.cell_type == "code" and head == "def make_loader":
             cell.source = answers[head]
     notebook = tmp_path / "04_sampler_and_checkpoint.ipynb"
     nbformat.write(nb, notebook)

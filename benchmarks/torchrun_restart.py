@@ -1,0 +1,121 @@
+"""A torchrun restart of the exported lesson 04 script, with and without a store per start.
+
+`make restart-soak` (or `.venv/bin/python benchmarks/torchrun_restart.py --runs 10`). Each
+run exports the solved lesson 04, starts it under `torchrun --standalone --nproc-per-node 2
+--max-restarts 1` with `FAIL_AT_EPOCH=2` (rank 1 dies as epoch 2 begins, on the first
+start only), and counts it clean when torchrun ends with 0 after the restart resumed from
+the snapshot. The two settings alternate run by run, so that load falls on both alike:
+torch's default (the agent's store shared with the ranks and kept across restarts) and
+`TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` (a new store each start). Fisher's exact test says
+whether the difference could be chance. Only loopback addresses are used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+SETTINGS = {
+    "shared store (torch's default)": {},
+    "a store per start": {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"},
+}
+
+
+def fisher_one_sided(clean_a: int, runs_a: int, clean_b: int, runs_b: int) -> float:
+    """P(b has at least clean_b clean runs | the margins), if both settings were alike."""
+    clean, total = clean_a + clean_b, runs_a + runs_b
+    denominator = math.comb(total, clean)
+    return (
+        sum(
+            math.comb(runs_b, k) * math.comb(runs_a, clean - k)
+            for k in range(clean_b, min(runs_b, clean) + 1)
+        )
+        / denominator
+    )
+
+
+def one_run(script: Path, env: dict[str, str], limit: float) -> str:
+    """'clean', or what went wrong, for one job that loses a rank and is restarted."""
+    for leftover in script.parent.glob("checkpoint.pt*"):
+        leftover.unlink()
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "--max-restarts",
+        "1",
+        script.name,
+    ]
+    full_env = dict(os.environ, OMP_NUM_THREADS="1", FAIL_AT_EPOCH="2", **env)
+    proc = subprocess.Popen(
+        command,
+        cwd=script.parent,
+        env=full_env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        # torchrun starts each rank in a session of its own: stop the whole tree.
+        family = [proc.pid] + [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
+        for pid in family:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        proc.communicate()
+        return f"still running after {limit:.0f} s"
+    if proc.returncode == 0 and "resuming from checkpoint.pt at epoch 2" in out:
+        return "clean"
+    if "connectFullMesh" in err:
+        return "the restart could not connect (connectFullMesh)"
+    return f"torchrun ended with {proc.returncode}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=10, help="runs of each setting")
+    parser.add_argument("--limit", type=float, default=60.0, help="seconds a run may take")
+    args = parser.parse_args()
+    from ddp_helpers.authoring.export import export
+
+    results: dict[str, list[str]] = {name: [] for name in SETTINGS}
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory() as folder:
+        script = Path(folder) / "train.py"
+        export(str(ROOT / "solutions" / "04_sampler_and_checkpoint.ipynb"), str(script))
+        for run in range(1, args.runs + 1):
+            for name, env in SETTINGS.items():
+                results[name].append(one_run(script, env, args.limit))
+            line = ", ".join(f"{n}: {r.count('clean')}/{run}" for n, r in results.items())
+            print(f"[{time.monotonic() - started:4.0f} s] clean so far: {line}", flush=True)
+    print()
+    for name, outcomes in results.items():
+        print(f"{name:32} {outcomes.count('clean'):3d} clean of {len(outcomes)}")
+        for why in sorted(set(outcomes) - {"clean"}):
+            print(f"{'':32} {outcomes.count(why):3d} x {why}")
+    (shared, own) = results.values()
+    p = fisher_one_sided(shared.count("clean"), len(shared), own.count("clean"), len(own))
+    print(f"Fisher's exact test, one-sided: p = {p:.2g} that a store per start is no better")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
