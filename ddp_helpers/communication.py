@@ -29,6 +29,16 @@ MESSAGES = messages(
             "Ring all-reduce on {n} ranks: the number in a part counts the ranks summed in "
             "it; outlined, the part each rank sent in that step"
         ),
+        "overlap_title": "MiniDDP, 2 ranks: each bucket's all_reduce while backward goes on",
+        "overlap_forward": "forward",
+        "overlap_backward": "backward",
+        "overlap_reduce": "all_reduce of a bucket",
+        "overlap_rank": "rank {rank}",
+        "overlap_xlabel": "time in the step (ms)",
+        "overlap_line": (
+            "rank {rank}: backward, ms: {ms:.0f} (measured); all_reduces done before it "
+            "ended: {during} (measured) of {calls}"
+        ),
     },
 )
 
@@ -245,3 +255,58 @@ def draw_ring_all_reduce(n: int = 4):
     ax.set_title(MESSAGES["ring_title"].format(n=n), fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def plot_overlap(runs: list[dict]):
+    """Per rank, forward and backward as bars and each bucket's all_reduce under them."""
+    import matplotlib.pyplot as plt
+
+    from .pictures import use_fonts
+
+    use_fonts()
+    fig, ax = plt.subplots(figsize=(7.5, 0.9 + 1.1 * len(runs)))
+    for rank, run in enumerate(runs):
+        y = 2 * (len(runs) - 1 - rank)
+        forward, backward = run["forward"] * 1e3, run["backward"] * 1e3
+        labels = rank == 0
+        ax.broken_barh(
+            [(0, forward)],
+            (y + 1, 0.8),
+            color="lightgray",
+            label=MESSAGES["overlap_forward"] if labels else None,
+        )
+        ax.broken_barh(
+            [(forward, backward - forward)],
+            (y + 1, 0.8),
+            color="gray",
+            label=MESSAGES["overlap_backward"] if labels else None,
+        )
+        spans = [(c["start"] * 1e3, (c["end"] - c["start"]) * 1e3) for c in run["calls"]]
+        ax.broken_barh(
+            spans,
+            (y + 0.1, 0.8),
+            color="tab:orange",
+            edgecolor="white",
+            label=MESSAGES["overlap_reduce"] if labels else None,
+        )
+    ax.set_yticks([2 * (len(runs) - 1 - r) + 1 for r in range(len(runs))])
+    ax.set_yticklabels([MESSAGES["overlap_rank"].format(rank=r) for r in range(len(runs))])
+    ax.set_xlabel(MESSAGES["overlap_xlabel"])
+    ax.set_title(MESSAGES["overlap_title"], fontsize=10)
+    ax.legend(fontsize=8, loc="upper left", ncols=3, bbox_to_anchor=(0, -0.35))
+    fig.tight_layout()
+    return fig
+
+
+def overlap_summary(runs: list[dict]) -> str:
+    """Per rank: how long backward took, and how many all_reduces ended inside it."""
+    lines = []
+    for rank, run in enumerate(runs):
+        during = sum(c["end"] <= run["backward"] for c in run["calls"])
+        ms = 1e3 * (run["backward"] - run["forward"])
+        lines.append(
+            MESSAGES["overlap_line"].format(
+                rank=rank, ms=ms, during=during, calls=len(run["calls"])
+            )
+        )
+    return "\n".join(lines)

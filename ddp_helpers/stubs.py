@@ -8,7 +8,9 @@ import re
 
 # `# BEGIN SOLUTION (from exercise 2.2)`: a later lesson asks for an earlier answer again
 # (pasted in); its stub names that exercise and it does not count among this lesson's.
-BEGIN = re.compile(r"^(\s*)# BEGIN SOLUTION(?: \(from exercise (\d+\.\d+)\))?\s*$")
+# `# BEGIN SOLUTION (continued)`: another region of the exercise before it (a class whose
+# methods each hold part of the answer); its stub names that exercise too.
+BEGIN = re.compile(r"^(\s*)# BEGIN SOLUTION(?: \((?:from exercise (\d+\.\d+)|(continued))\))?\s*$")
 END = re.compile(r"^\s*# END SOLUTION\s*$")
 
 ERROR = "NotImplementedError"  # the type of what a stub raises

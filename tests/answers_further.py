@@ -1,4 +1,4 @@
-"""Learners' answers to Going further's exercises (3.4, 3.5, 4.7), for test_answers.py's sweep.
+"""Learners' answers to Going further's exercises (3.4, 3.5, 3.6, 4.7), for test_answers.py's sweep.
 
 Each wrong answer is a mistake the check must name; each right one differs from the
 reference in how it is written.
@@ -253,4 +253,181 @@ SWEEP_4_7 = (
         (gather_padded_with_floats, "gather_dtype"),
     ],
     [gather_as_objects, gather_with_a_mask],
+)
+
+
+# ---------------------------------------------------------------- 3.6 MiniDDP
+
+
+class _Mini:
+    """A learner's MiniDDP, written out; the wrong ones below change one part of it."""
+
+    def __init__(self, module, bucket_mb):
+        from ddp_helpers.exercises.lesson03 import buckets_for
+
+        self.module, self.world = module, dist.get_world_size()
+        self.cap = bucket_mb * 2**20
+        self.buckets = buckets_for(module, bucket_mb)
+        self.flats = [torch.zeros(sum(p.numel() for p, _ in b)) for b in self.buckets]
+        self.works, self.missing = [], [len(b) for b in self.buckets]
+        self.broadcast()
+        for i, bucket in enumerate(self.buckets):
+            for p, offset in self.layout(bucket):
+                p.register_post_accumulate_grad_hook(self.hook(i, offset))
+
+    def broadcast(self):
+        for tensor in self.module.state_dict().values():
+            dist.broadcast(tensor, src=0)
+
+    def layout(self, bucket):
+        return bucket
+
+    def scaled(self, grad):
+        return grad.view(-1) * (1.0 / self.world)
+
+    def launch(self, i):
+        self.works.append(dist.all_reduce(self.flats[i], async_op=True))
+
+    def hook(self, i, offset):
+        def ready(p):
+            self.flats[i][offset : offset + p.numel()].copy_(self.scaled(p.grad))
+            self.missing[i] -= 1
+            if self.missing[i] == 0:
+                self.launch(i)
+
+        return ready
+
+    def __call__(self, x):
+        return self.module(x)
+
+    def finish(self):
+        for work in self.works:
+            work.wait()
+        for i, bucket in enumerate(self.buckets):
+            for p, offset in self.layout(bucket):
+                self.write_back(p, self.flats[i][offset : offset + p.numel()].view_as(p))
+        self.works, self.missing = [], [len(b) for b in self.buckets]
+
+    def write_back(self, p, average):
+        p.grad.copy_(average)
+
+
+class MiniWithoutBroadcast(_Mini):
+    def broadcast(self):
+        pass  # each rank keeps its own weights
+
+
+class MiniSynchronous(_Mini):
+    def launch(self, i):
+        dist.all_reduce(self.flats[i])  # blocks backward until it is done
+
+
+class MiniWaitingForFullBuckets(_Mini):
+    def launch(self, i):
+        if self.flats[i].numel() * 4 >= self.cap:  # the last, smaller bucket never is
+            super().launch(i)
+
+
+class MiniReducingAgainInFinish(_Mini):
+    def finish(self):
+        for i in range(len(self.buckets)):
+            self.launch(i)  # the hooks launched them already
+        super().finish()
+
+
+class MiniLaunchingInFinish(_Mini):
+    def launch(self, i):
+        pass
+
+    def finish(self):
+        for i in range(len(self.buckets)):
+            super().launch(i)  # async, but only once backward is over
+        super().finish()
+
+
+class MiniInForwardOrder(_Mini):
+    def layout(self, bucket):
+        order = {id(p): n for n, p in enumerate(self.module.parameters())}
+        params = sorted((p for p, _ in bucket), key=lambda p: order[id(p)])
+        offsets = [sum(q.numel() for q in params[:k]) for k in range(len(params))]
+        return list(zip(params, offsets, strict=True))  # module.parameters()'s order
+
+
+class MiniSummed(_Mini):
+    def scaled(self, grad):
+        return grad.view(-1)  # the sum of the ranks', not the mean
+
+
+class MiniDivided(_Mini):
+    def scaled(self, grad):
+        return grad.view(-1) / self.world  # x / 3 is not always x * (1 / 3)
+
+
+class MiniAddingToTheGradient(_Mini):
+    def write_back(self, p, average):
+        p.grad.add_(average)  # the rank's own gradient stays in
+
+
+class MiniWithCatAndSplit:
+    """Right, written another way: gradients kept until the bucket is complete, then one
+    torch.cat, and torch.split back."""
+
+    def __init__(self, module, bucket_mb):
+        from ddp_helpers.exercises.lesson03 import buckets_for
+
+        self.module = module
+        self.buckets = [[p for p, _ in b] for b in buckets_for(module, bucket_mb)]
+        self.pending = [{} for _ in self.buckets]
+        self.reduced = []
+        for tensor in module.state_dict().values():
+            dist.broadcast(tensor, 0)
+        for i, bucket in enumerate(self.buckets):
+            for p in bucket:
+                p.register_post_accumulate_grad_hook(lambda p, i=i: self._arrived(i, p))
+
+    def _arrived(self, i, p):
+        self.pending[i][id(p)] = p.grad.detach().reshape(-1)
+        if len(self.pending[i]) == len(self.buckets[i]):
+            grads = [self.pending[i][id(q)] for q in self.buckets[i]]
+            flat = torch.cat(grads).mul_(1 / dist.get_world_size())
+            work = dist.all_reduce(flat, op=dist.ReduceOp.SUM, async_op=True)
+            self.reduced.append((i, flat, work))
+            self.pending[i] = {}
+
+    def __call__(self, *args):
+        return self.module(*args)
+
+    def finish(self):
+        for i, flat, work in self.reduced:
+            work.get_future().wait()
+            parts = flat.split([p.numel() for p in self.buckets[i]])
+            for p, part in zip(self.buckets[i], parts, strict=True):
+                p.grad = part.view_as(p).clone()
+        self.reduced = []
+
+
+class MiniWithPositionalArguments(_Mini):
+    """Right: the async flag given by position, and a future waited for."""
+
+    def launch(self, i):
+        self.works.append(dist.all_reduce(self.flats[i], dist.ReduceOp.SUM, None, True))
+
+    def finish(self):
+        self.works = [work.get_future() for work in self.works]
+        super().finish()
+
+
+SWEEP_3_6 = (
+    [
+        (MiniWithoutBroadcast, "mini_no_broadcast"),
+        (MiniSynchronous, "mini_sync"),
+        (MiniWaitingForFullBuckets, "mini_never"),
+        (MiniReducingAgainInFinish, "mini_twice"),
+        (MiniLaunchingInFinish, "mini_late"),
+        (MiniInForwardOrder, "mini_order"),
+        (MiniSummed, "mini_not_divided"),
+        (MiniDivided, "mini_divided"),
+        (MiniAddingToTheGradient, "mini_grads"),
+    ],
+    [MiniWithCatAndSplit, MiniWithPositionalArguments],
 )

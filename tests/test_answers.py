@@ -17,7 +17,7 @@ import textwrap
 import cloudpickle
 import nbformat
 import pytest
-from answers_further import SWEEP_3_4, SWEEP_3_5, SWEEP_4_7
+from answers_further import SWEEP_3_4, SWEEP_3_5, SWEEP_3_6, SWEEP_4_7
 from test_capstone import SWEEP_4_2
 
 from conftest import ROOT
@@ -38,15 +38,32 @@ BY_ID = {ex.id: ex for ex in ALL}
 # ---------------------------------------------------------------- one source
 
 
-def _function_ast(source: str, name: str) -> str:
-    """The function `name` in source, as an AST dump without its imports and docstring."""
-    tree = ast.parse(textwrap.dedent(source))
-    (fn,) = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name]
+class _FromTheModule(ast.NodeTransformer):
+    """`ex.buckets_for` in a notebook is `buckets_for` in the module that defines both."""
+
+    def visit_Attribute(self, node):
+        if isinstance(node.value, ast.Name) and node.value.id == "ex":
+            return ast.Name(id=node.attr, ctx=node.ctx)
+        return self.generic_visit(node)
+
+
+def _without_imports_and_docstring(fn) -> None:
     body = [n for n in fn.body if not isinstance(n, (ast.Import, ast.ImportFrom))]
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
         body = body[1:]
     fn.body = body
     fn.decorator_list = []
+
+
+def _function_ast(source: str, name: str) -> str:
+    """The function or class `name` in source, as an AST dump without its imports and
+    docstrings (a class's methods' too), the notebook's `ex.` left out."""
+    tree = _FromTheModule().visit(ast.parse(textwrap.dedent(source)))
+    kinds = (ast.FunctionDef, ast.ClassDef)
+    (fn,) = [n for n in ast.walk(tree) if isinstance(n, kinds) and n.name == name]
+    for node in ast.walk(fn):
+        if isinstance(node, kinds):
+            _without_imports_and_docstring(node)
     return ast.dump(fn, include_attributes=False)
 
 
@@ -55,7 +72,9 @@ def _solution_cell(lesson: str, name: str) -> str:
     cells = [
         c.source
         for c in nb.cells
-        if c.cell_type == "code" and "# BEGIN SOLUTION" in c.source and f"def {name}(" in c.source
+        if c.cell_type == "code"
+        and "# BEGIN SOLUTION" in c.source
+        and (f"def {name}(" in c.source or f"class {name}:" in c.source)
     ]
     assert len(cells) == 1, f"{name}: {len(cells)} solution cells define it"
     return cells[0]
@@ -1303,6 +1322,7 @@ SWEEP = {
     ),
     "3.4": SWEEP_3_4,  # Going further's, in tests/answers_further.py
     "3.5": SWEEP_3_5,
+    "3.6": SWEEP_3_6,
     "4.1": (
         [
             (loader_returning_its_sampler, "loader_type"),

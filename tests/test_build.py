@@ -32,6 +32,23 @@ def test_an_earlier_answer_pasted_in_keeps_its_own_number_and_is_not_counted():
     )
 
 
+def test_a_continued_region_is_more_of_the_exercise_before_it():
+    # A class whose methods each hold part of one answer (exercise 3.6's MiniDDP).
+    src = (
+        "class A:\n    def f(self):\n        # BEGIN SOLUTION\n        return 1\n"
+        "        # END SOLUTION\n\n    def g(self):\n        # BEGIN SOLUTION (continued)\n"
+        "        return 2\n        # END SOLUTION\n"
+        "def h():\n    # BEGIN SOLUTION\n    return 3\n    # END SOLUTION\n"
+    )
+    out, n = strip_solutions(src, "3", 6, ("03_x.ipynb", 7))
+    assert n == 2  # exercises 3.6 and 3.7
+    assert out == (
+        'class A:\n    def f(self):\n        raise NotImplementedError("exercise 3.6")\n\n'
+        '    def g(self):\n        raise NotImplementedError("exercise 3.6")\n'
+        'def h():\n    raise NotImplementedError("exercise 3.7")\n'
+    )
+
+
 def test_execute_only_runs_the_named_lessons(tmp_path, monkeypatch):
     import nbclient
 

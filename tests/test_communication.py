@@ -54,3 +54,37 @@ def test_the_ring_pictured_sums_each_part_once_then_spreads_it_in_2_n_minus_1_st
     fig = comm.draw_ring_all_reduce(4)
     fig.canvas.draw()
     plt.close(fig)
+
+
+def test_the_overlap_picture_and_summary_show_each_ranks_backward_and_buckets():
+    runs = [
+        {"forward": 0.01, "backward": 0.05, "finish": 0.06,
+         "calls": [{"start": 0.02, "end": 0.03, "size": 10}, {"start": 0.045, "end": 0.058,
+                                                                "size": 5}]},
+        {"forward": 0.01, "backward": 0.04, "finish": 0.06,
+         "calls": [{"start": 0.02, "end": 0.035, "size": 10}, {"start": 0.04, "end": 0.06,
+                                                                 "size": 5}]},
+    ]  # fmt: skip
+    fig = comm.plot_overlap(runs)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["rank 0", "rank 1"]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["forward", "backward", "all_reduce of a bucket"]
+    assert comm.overlap_summary(runs).splitlines() == [
+        "rank 0: backward, ms: 40 (measured); all_reduces done before it ended: 1 (measured) of 2",
+        "rank 1: backward, ms: 30 (measured); all_reduces done before it ended: 1 (measured) of 2",
+    ]
+
+
+def test_mini_ddps_timeline_shows_all_reduces_that_start_while_backward_runs():
+    from ddp_helpers.exercises import lesson03
+
+    runs = lesson03.mini_ddp_timeline(hidden=256, layers=4, bucket_mb=0.25)
+    assert len(runs) == 2
+    for run in runs:
+        assert 0 < run["forward"] < run["backward"] <= run["finish"]
+        # 0.25 MiB is 256 x 256 floats: the last layer's 257 values join the one before
+        # it, each other layer fills a bucket, and the first (64 x 256) is the last bucket.
+        assert [c["size"] for c in run["calls"]] == [66049, 65792, 65792, 16640]
+        assert run["calls"][0]["start"] < run["backward"]  # the first, during backward
+        assert all(c["start"] <= c["end"] <= run["finish"] for c in run["calls"])

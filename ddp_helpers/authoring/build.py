@@ -103,13 +103,13 @@ def strip_solutions(
         if begin is None:
             m = BEGIN.match(line)
             if m:
-                begin = (n, m.group(1), m.group(2))
+                begin = (n, m.group(1), m.group(2), m.group(3))
             elif END.match(line):
                 raise BuildError(MESSAGES["stray_end"].format(nb=where[0], cell=where[1], line=n))
             else:
                 out.append(line)
         elif END.match(line):
-            if begin[2] is None:
+            if begin[2] is None and not (begin[3] and count):  # a continued one: the same
                 count += 1
             exercise = begin[2] or f"{lesson}.{first + count - 1}"
             out.append(stub_line(exercise, indent=begin[1]))

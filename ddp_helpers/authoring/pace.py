@@ -132,15 +132,19 @@ def core_path(solution, exercises=()) -> CorePath:
         if cell.cell_type != "code" or "solution-only" in cell.metadata.get("tags", []):
             continue
         cells += 1
-        shown, region, earlier = [], None, None
+        shown, region, earlier, continued, own = [], None, None, None, []
         for line in cell.source.splitlines():
             begin = BEGIN.match(line)
             if begin:
-                region, earlier = [], begin.group(2)
+                region, earlier, continued = [], begin.group(2), begin.group(3)
             elif END.match(line) and region is not None:
                 if earlier:
                     pasted += 1
+                elif continued and answers:  # more of the answer before it
+                    own += region
+                    answers[-1] = _answer_minutes(_code_lines(own))
                 else:
+                    own = region
                     answers.append(_answer_minutes(_code_lines(region)))
                 region = None
             elif region is not None:

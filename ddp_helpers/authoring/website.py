@@ -229,7 +229,7 @@ def _regions(cells, lesson: str) -> dict[str, list[str]]:
         for line in cell.source.split("\n"):
             m = BEGIN.match(line)
             if m:
-                if m.group(2) is None:
+                if m.group(2) is None and not (m.group(3) and count):
                     count += 1
                 inside = found.setdefault(m.group(2) or f"{lesson}.{count}", [])
             elif END.match(line):

@@ -15,6 +15,9 @@ from ._core import (
     weights_apart,
 )
 from ._core import progress as _progress
+from .mini_ddp import buckets_for as buckets_for  # exercise 3.6 lays out its buckets with it
+from .mini_ddp import exercise as q6
+from .mini_ddp import mini_ddp_timeline as mini_ddp_timeline
 
 MESSAGES = messages(
     "exercises.lesson03",
@@ -773,7 +776,7 @@ q5 = Exercise(
     },
     further=True,
 )
-EXERCISES = [q1, q2, q3, q4, q5]
+EXERCISES = [q1, q2, q3, q4, q5, q6]
 
 
 def progress() -> None:

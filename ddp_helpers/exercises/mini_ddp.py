@@ -1,0 +1,393 @@
+"""Exercise 3.6, DDP by hand: `MiniDDP(module, bucket_mb)`, checked against torch's DDP.
+
+The learner's class broadcasts rank 0's weights at construction, copies each gradient
+(divided by the world size) into its bucket from a hook as backward produces it, starts an
+asynchronous all_reduce as soon as a bucket is complete, and in `finish()` waits for them
+and writes the averages back. The buckets are DDP's (`buckets_for`): the parameters in
+the order backward produces them (the reverse of `module.parameters()`), a bucket closed
+once it holds `bucket_mb` MiB, which is how torch 2.13's DDP lays them out from its
+second step on (`bucket_cap_mb`, the buckets rebuilt in the order the gradients came).
+The check runs the answer and torch's DDP side by side on 2 and 3 ranks, for two bucket
+sizes, and compares the gradients bit for bit.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ..i18n import messages
+from ._core import Exercise, Listed, Mistake, Phrase, Wrong, run_on_ranks
+
+MESSAGES = messages(
+    "exercises.mini_ddp",
+    {
+        "hint.mini_broadcast": (
+            "At construction every rank must start from rank 0's weights: dist.broadcast "
+            "each tensor of module.state_dict() from src=0, on every rank."
+        ),
+        "hint.mini_hook": (
+            "The hook gets the parameter once its .grad is complete: copy p.grad.view(-1) "
+            "into the bucket's flat buffer at the parameter's offset, multiply it by 1 / world "
+            "size (as DDP does), and count the bucket's parameters still missing; when none is, "
+            "dist.all_reduce(flat, async_op=True) and keep the work it returns."
+        ),
+        "hint.mini_finish": (
+            "finish(): work.wait() for each all_reduce started, then copy each parameter's "
+            "slice of its bucket back into p.grad (view_as(p)), and make the buckets ready "
+            "for the next backward (the works forgotten, the counts full again)."
+        ),
+        "hint.mini_code": (
+            "In the hook: flat[offset:offset + n].copy_(p.grad.view(-1)).mul_(1.0 / self.world); "
+            "self.missing[i] -= 1; if self.missing[i] == 0: "
+            "self.works.append(dist.all_reduce(flat, async_op=True))."
+        ),
+        "mini_no_broadcast": (
+            "After MiniDDP(...) the ranks' weights differ by up to {diff:.1e}: each rank kept "
+            "its own. Broadcast rank 0's at construction."
+        ),
+        "mini_no_broadcast.title": "no broadcast at construction",
+        "mini_sync": (
+            "dist.all_reduce was called without async_op=True: each bucket's all_reduce "
+            "blocked backward until it was done, so nothing overlapped."
+        ),
+        "mini_sync.title": "a synchronous all_reduce",
+        "mini_never": (
+            "{calls} all_reduce call(s) for {buckets} buckets ({mb} MiB): some bucket was "
+            "never launched, and its gradients stayed each rank's own."
+        ),
+        "mini_never.title": "a bucket never launched",
+        "mini_twice": (
+            "{calls} all_reduce calls for {buckets} buckets ({mb} MiB): a bucket was "
+            "all-reduced more than once."
+        ),
+        "mini_twice.title": "a bucket all-reduced twice",
+        "mini_late": (
+            "Every all_reduce started after backward() had returned: launch each bucket "
+            "from the hook that completes it, while backward goes on."
+        ),
+        "mini_late.title": "all_reduces started after backward",
+        "mini_order": (
+            "The buckets all-reduced were not laid out as DDP's: it has {want} values a "
+            "bucket (these: {got}), each parameter in the order backward produces it, at the "
+            "offset buckets_for gives it. Use those buckets and offsets as they are."
+        ),
+        "mini_order.title": "parameters laid out in another order",
+        "mini_divided": (
+            "On {world} ranks the gradients are one rounding off DDP's: they were divided by "
+            "the world size, where DDP multiplies them by 1 / world size (its C++ reducer "
+            "does; x / 3 and x * (1 / 3) can differ in the last bit). Multiply instead."
+        ),
+        "mini_divided.title": "divided, not multiplied by 1/world",
+        "mini_not_divided": (
+            "The gradients are {world} times DDP's: summed over the ranks, not averaged. "
+            "Multiply each gradient by 1 / world size before the all_reduce."
+        ),
+        "mini_not_divided.title": "summed, not divided",
+        "mini_grads": (
+            "On {world} ranks with {mb} MiB buckets the gradients differ from torch's DDP "
+            "by up to {diff:.1e} ({differ} of {total} values not bit for bit equal)."
+        ),
+        "mini_grads.title": "not DDP's gradients",
+        "mini_ok": (
+            "Bit for bit DDP's gradients on 2 and 3 ranks, with {cases}; the first "
+            "all_reduce started before backward() returned, each bucket reduced once."
+        ),
+        "mini_case": "buckets of {mb} MiB ({buckets} of them)",
+    },
+)
+
+# Exercise 3.6's cases: a bucket per layer or so, and one bucket for everything (DDP's
+# default size), each on 2 and 3 ranks.
+BUCKET_MBS = (0.0002, 25.0)
+RANKS = (2, 3)
+
+
+def mini_model(seed: int = 0):
+    """Three linear layers of uneven sizes (4801 parameters), seeded."""
+    import torch
+
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(
+        torch.nn.Linear(8, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(),
+        torch.nn.Linear(64, 1),
+    )  # fmt: skip
+
+
+def buckets_for(module, bucket_mb):
+    """DDP's buckets: [[(parameter, offset), ...], ...], the parameters in backward's order.
+
+    A bucket takes parameters until it holds at least `bucket_mb` MiB; each parameter's
+    offset is where its gradient starts in the bucket's flat buffer.
+    """
+    cap = bucket_mb * 2**20
+    buckets, bucket, size = [], [], 0
+    for p in reversed([p for p in module.parameters() if p.requires_grad]):
+        bucket.append((p, sum(q.numel() for q, _ in bucket)))
+        size += p.numel() * p.element_size()
+        if size >= cap:
+            buckets.append(bucket)
+            bucket, size = [], 0
+    return buckets + [bucket] if bucket else buckets
+
+
+class MiniDDP:
+    def __init__(self, module, bucket_mb):
+        import torch
+        import torch.distributed as dist
+
+        self.module, self.world = module, dist.get_world_size()
+        self.buckets = buckets_for(module, bucket_mb)  # [[(param, offset), ...], ...]
+        self.flats = [torch.zeros(sum(p.numel() for p, _ in b)) for b in self.buckets]
+        self.works = []  # the all_reduces started and not yet waited for
+        self.missing = [len(b) for b in self.buckets]  # gradients each bucket still awaits
+        for tensor in module.state_dict().values():
+            dist.broadcast(tensor, src=0)  # rank 0's weights, on every rank
+        for i, bucket in enumerate(self.buckets):
+            for p, offset in bucket:
+                p.register_post_accumulate_grad_hook(self.hook(i, offset))
+
+    def hook(self, i, offset):
+        import torch.distributed as dist
+
+        def ready(p):  # torch calls it once p.grad is complete
+            flat = self.flats[i]
+            flat[offset : offset + p.numel()].copy_(p.grad.view(-1)).mul_(1.0 / self.world)
+            self.missing[i] -= 1
+            if self.missing[i] == 0:  # the bucket is complete: reduce it, backward goes on
+                self.works.append(dist.all_reduce(flat, async_op=True))
+
+        return ready
+
+    def __call__(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+    def finish(self):
+        for work in self.works:
+            work.wait()
+        for bucket, flat in zip(self.buckets, self.flats, strict=True):
+            for p, offset in bucket:
+                p.grad.copy_(flat[offset : offset + p.numel()].view_as(p))
+        self.works = []
+        self.missing = [len(b) for b in self.buckets]
+
+
+def _batch(rank: int):
+    import torch
+
+    gen = torch.Generator().manual_seed(100 + rank)  # each rank its own data
+    x = torch.randn(16, 8, generator=gen)
+    return x, x.sum(1, keepdim=True).sin()
+
+
+class _Spy:
+    """dist.all_reduce, logged: when each call started and ended, its size, async or not."""
+
+    def __init__(self, keep: bool = False):
+        import torch.distributed as dist
+
+        self.calls, self._real, self._dist, self._keep = [], dist.all_reduce, dist, keep
+        dist.all_reduce = self
+
+    def __call__(self, tensor, *args, **kwargs):
+        import inspect
+
+        bound = inspect.signature(self._real).bind(tensor, *args, **kwargs)
+        call = {"start": time.perf_counter(), "size": tensor.numel(), "end": None}
+        call["async"] = bool(bound.arguments.get("async_op", False))
+        if self._keep:  # what the rank handed over, before the sum
+            call["input"] = tensor.detach().clone()
+        self.calls.append(call)
+        work = self._real(tensor, *args, **kwargs)
+        if work is None:
+            call["end"] = time.perf_counter()
+        else:
+            work.get_future().then(lambda _: call.update(end=time.perf_counter()))
+        return work
+
+    def restore(self):
+        self._dist.all_reduce = self._real
+
+
+def _divide_hook(world, bucket):
+    """DDP's arithmetic with a division where it multiplies by 1/world (as allreduce_hook)."""
+    import torch.distributed as dist
+
+    work = dist.all_reduce(bucket.buffer().div_(world), async_op=True)
+    return work.get_future().then(lambda f: f.value()[0])
+
+
+def _ddp_grads(bucket_mb, x, y, divide=False):
+    """torch's DDP: its second step's gradients (the buckets rebuilt after the first)."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    model = DDP(mini_model(0), bucket_cap_mb=bucket_mb)
+    if divide:
+        model.register_comm_hook(dist.get_world_size(), _divide_hook)
+    for _ in range(2):
+        model.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+    return [p.grad.clone() for p in model.module.parameters()]
+
+
+def _mini_ddp_harness(cls, bucket_mbs):
+    """One rank: for each bucket size, torch's DDP and the answer on the same batch."""
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    try:
+        rank, runs = dist.get_rank(), []
+        x, y = _batch(rank)
+        for mb in bucket_mbs:
+            want, divided = _ddp_grads(mb, x, y), _ddp_grads(mb, x, y, divide=True)
+            module = mini_model(rank)  # each rank its own weights: the broadcast must fix it
+            spy = _Spy(keep=True)
+            try:
+                mini = cls(module, mb)
+                weights = [p.detach().clone() for p in module.parameters()]
+                torch.nn.functional.mse_loss(mini(x), y).backward()
+                backward_end = time.perf_counter()
+                local = {id(p): p.grad.clone() for p in module.parameters()}
+                mini.finish()
+            finally:
+                spy.restore()
+            got = [p.grad.clone() for p in module.parameters()]
+            world = dist.get_world_size()
+            handed = [  # what DDP hands over for each bucket: its gradients x 1/world
+                torch.cat([local[id(p)].view(-1) for p, _ in b]).mul_(1.0 / world)
+                for b in buckets_for(module, mb)
+            ]
+            runs.append(
+                {"mb": mb, "want": want, "divided": divided, "got": got, "weights": weights,
+                 "calls": spy.calls, "handed": handed,
+                 "backward_end": backward_end}
+            )  # fmt: skip
+        return runs
+    finally:
+        dist.destroy_process_group()
+
+
+def _max_diff(a, b) -> float:
+    return max(((u.double() - v.double()).abs().max().item() for u, v in zip(a, b, strict=True)))
+
+
+def _judge(run: dict, world: int) -> None:
+    """Raise the Wrong that names what is off in one rank's run of one bucket size."""
+    import torch
+
+    mb, calls = run["mb"], run["calls"]
+    if calls and not all(c["async"] for c in calls):
+        raise Wrong("mini_sync")
+    want_sizes = [sum(p.numel() for p, _ in b) for b in buckets_for(mini_model(0), mb)]
+    counts = {"calls": len(calls), "buckets": len(want_sizes), "mb": mb}
+    if len(calls) < len(want_sizes):
+        raise Wrong("mini_never", **counts)
+    if len(calls) > len(want_sizes):
+        raise Wrong("mini_twice", **counts)
+    if calls[0]["start"] >= run["backward_end"]:
+        raise Wrong("mini_late")
+    sizes = [c["size"] for c in calls]
+    if sizes != want_sizes:
+        raise Wrong("mini_order", got=sizes, want=want_sizes)
+    for call, handed in zip(calls, run["handed"], strict=True):
+        if not torch.equal(call["input"], handed) and torch.equal(
+            call["input"].sort().values, handed.sort().values
+        ):  # the same values, in another place: parameters laid out in another order
+            raise Wrong("mini_order", got=sizes, want=want_sizes)
+    got, want = run["got"], run["want"]
+    if all(torch.equal(g, w) for g, w in zip(got, want, strict=True)):
+        return
+    if all(torch.equal(g, d) for g, d in zip(got, run["divided"], strict=True)):
+        raise Wrong("mini_divided", world=world)
+    if _max_diff(got, [w * world for w in want]) <= 1e-6 * max(
+        w.abs().max().item() * world for w in want
+    ):
+        raise Wrong("mini_not_divided", world=world)
+    differ = sum(int((g != w).sum()) for g, w in zip(got, want, strict=True))
+    total = sum(w.numel() for w in want)
+    fields = {"world": world, "mb": mb, "diff": _max_diff(got, want)}
+    raise Wrong("mini_grads", differ=differ, total=total, **fields)
+
+
+def _check_mini_ddp(cls) -> Phrase:
+    for world in RANKS:
+        ranks = run_on_ranks(_mini_ddp_harness, cls, BUCKET_MBS, nprocs=world, timeout=60)
+        for runs in ranks:  # every rank's weights first: the others' depend on them
+            for i, run in enumerate(runs):
+                apart = _max_diff(run["weights"], ranks[0][i]["weights"])
+                if not apart == 0.0:
+                    raise Wrong("mini_no_broadcast", diff=apart)
+        for runs in ranks:
+            for run in runs:
+                _judge(run, world)
+    model = mini_model(0)
+    cases = [Phrase("mini_case", buckets=len(buckets_for(model, mb)), mb=mb) for mb in BUCKET_MBS]
+    return Phrase("mini_ok", cases=Listed(cases))
+
+
+def mini_ddp_timeline(cls=MiniDDP, hidden: int = 1024, layers: int = 6, bucket_mb: float = 4.0):
+    """Per rank of 2: when backward ran and each bucket's all_reduce started and ended."""
+    from ..launcher import launch
+
+    return list(launch(_timeline_rank, cls, hidden, layers, bucket_mb, nprocs=2, timeout=120))
+
+
+def _timeline_rank(cls, hidden, layers, bucket_mb):
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    try:
+        torch.manual_seed(0)
+        sizes = [64] + [hidden] * layers + [1]
+        parts = [torch.nn.Linear(a, b) for a, b in zip(sizes, sizes[1:], strict=False)]
+        mini = cls(torch.nn.Sequential(*parts), bucket_mb)
+        x = torch.randn(256, 64)
+        for _ in range(2):  # the first step warms up; the second is drawn
+            spy = _Spy()
+            try:
+                start = time.perf_counter()
+                loss = mini(x).square().mean()
+                forward_end = time.perf_counter()
+                loss.backward()
+                backward_end = time.perf_counter()
+                mini.finish()
+                done = time.perf_counter()
+            finally:
+                spy.restore()
+        calls = [
+            {"start": c["start"] - start, "end": (c["end"] or done) - start, "size": c["size"]}
+            for c in spy.calls
+        ]
+        return {
+            "forward": forward_end - start,
+            "backward": backward_end - start,
+            "finish": done - start,
+            "calls": calls,
+        }
+    finally:
+        dist.destroy_process_group()
+
+
+exercise = Exercise(
+    "3.6",
+    "MiniDDP",
+    _check_mini_ddp,
+    MiniDDP,
+    texts=MESSAGES,
+    hints=("mini_broadcast", "mini_hook", "mini_finish", "mini_code"),
+    mistakes={
+        "mini_no_broadcast": Mistake(hint="mini_broadcast"),
+        "mini_sync": Mistake(hint="mini_hook"),
+        "mini_never": Mistake(hint="mini_hook"),
+        "mini_twice": Mistake(hint="mini_finish"),
+        "mini_late": Mistake(hint="mini_hook"),
+        "mini_order": Mistake(hint="mini_hook"),
+        "mini_divided": Mistake(hint="mini_hook"),
+        "mini_not_divided": Mistake(hint="mini_hook"),
+        "mini_grads": Mistake(hint="mini_finish"),
+    },
+    further=True,
+)
