@@ -162,8 +162,8 @@ class MiniDDP:
         return self.module(*args, **kwargs)
 
     def finish(self):
-        for work in self.works:
-            work.wait()
+        for pending in self.works:
+            pending.wait()
         for bucket, flat in zip(self.buckets, self.flats, strict=True):
             for p, offset in bucket:
                 p.grad.copy_(flat[offset : offset + p.numel()].view_as(p))
