@@ -6,7 +6,7 @@ PORT ?= 8888
 HOST ?= 127.0.0.1
 STAMP := $(VENV)/.installed
 
-.PHONY: lab notebook test lint system-deps bench bench-grade scaling soak restart-soak setup clean lock compat site
+.PHONY: lab notebook test lint system-deps bench bench-grade scaling soak restart-soak teardown-soak setup clean lock compat site
 
 setup: $(STAMP)
 
@@ -115,6 +115,9 @@ soak: $(STAMP)
 
 restart-soak: $(STAMP)
 	$(BIN)/python benchmarks/torchrun_restart.py --runs 10
+
+teardown-soak: $(STAMP)
+	$(BIN)/python benchmarks/gloo_teardown.py --runs 200
 
 # The course as a static website in site/_build/html, for reading before installing anything:
 # the lessons with the solutions' stored outputs (nothing runs), checked for broken links and

@@ -6,8 +6,10 @@ runs the lessons' own set-up cell there (the one `build` writes for Colab and Ka
 the course's wheel in place of the repository: no constraints.txt), and checks that the
 install changed nothing that was there (torch, the kernel packages, the rest) and that
 `pip check` is clean. Then, in that venv, the four solution notebooks run
-under nbclient and every exercise's check must say correct, with no warning; and the
-launcher's fault tests run there (which rank is blamed rests on torch's error text).
+under nbclient and every exercise's check must say correct, with no warning; the
+launcher's fault tests run there (which rank is blamed rests on torch's error text); and
+gloo's teardown deadlock is reproduced with the launcher's fix off and on
+(benchmarks/gloo_teardown.py): the table says whether that torch still needs the fix.
 
     oldest   Colab-like: torch 2.8, ipykernel 6.17, IPython 7.34, Python 3.12, and every
              dependency at the oldest release line pyproject.toml admits
@@ -337,6 +339,39 @@ def run_fault_tests(e: Environment, py: Path, work: Path, env: dict) -> None:
         e.problems.append(f"fault tests: {summary}\n{proc.stdout[-3000:]}{proc.stderr[-1000:]}")
 
 
+TEARDOWN_RUNS = 20  # of each setting: the hang came in about 4 runs of 10 without the fix
+
+
+def teardown_counts(output: str) -> dict[str, tuple[int, int]]:
+    """benchmarks/gloo_teardown.py's summary: setting -> (hung, runs)."""
+    counts = {}
+    for line in output.splitlines():
+        m = re.fullmatch(r"(.+?)\s+(\d+) hung of (\d+)", line.strip())
+        if m:
+            counts[m.group(1)] = (int(m.group(2)), int(m.group(3)))
+    return counts
+
+
+def run_teardown_reproducer(e: Environment, py: Path, work: Path, env: dict) -> None:
+    """gloo's teardown deadlock with the launcher's fix off and on, on this torch: whether
+    the fix is still needed (it hangs without) and whether it holds (never with)."""
+    folder = work / f"{e.name}-teardown" / "benchmarks"
+    folder.mkdir(parents=True)
+    shutil.copy(ROOT / "benchmarks" / "gloo_teardown.py", folder)
+    cmd = [str(py), str(folder / "gloo_teardown.py"), "--runs", str(TEARDOWN_RUNS)]
+    cmd += ["--block", str(TEARDOWN_RUNS)]
+    proc = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=1800)
+    counts = teardown_counts(proc.stdout)
+    without, kept = counts.get("without the fix"), counts.get("groups kept until exit")
+    if proc.returncode != 0 or without is None or kept is None:
+        e.problems.append(f"teardown reproducer: {proc.stdout[-2000:]}{proc.stderr[-1000:]}")
+        return
+    need = "still needed" if without[0] else "not seen: perhaps fixed in this torch"
+    e.figures["teardown"] = f"{without[0]}/{without[1]} hung without the fix ({need})"
+    if kept[0]:
+        e.problems.append(f"teardown: {kept[0]} of {kept[1]} runs hung with the groups kept")
+
+
 def check_environment(e: Environment, wheel: Path, work: Path, env: dict, cache: Path) -> None:
     print(f"[{e.name}] python{e.python}: {' '.join(e.holds)}", flush=True)
     try:
@@ -346,6 +381,8 @@ def check_environment(e: Environment, wheel: Path, work: Path, env: dict, cache:
         run_notebooks(e, py, work, env)
         print(f"[{e.name}] fault tests", flush=True)
         run_fault_tests(e, py, work, env)
+        print(f"[{e.name}] gloo's teardown deadlock, fix off and on", flush=True)
+        run_teardown_reproducer(e, py, work, env)
     except (CompatError, subprocess.TimeoutExpired) as exc:
         e.problems.append(str(exc))
 
@@ -371,6 +408,7 @@ def report(envs: list[Environment], wheel: Path) -> None:
             cells.append(f"{got[0]:.1f} s, {got[1]}/{got[2]} ✅" if got else "-")
         rows.append((f"solutions/{lesson}", *cells))
     rows.append(("fault tests", *(e.figures.get("fault_tests", "-") for e in envs)))
+    rows.append(("gloo teardown", *(e.figures.get("teardown", "-") for e in envs)))
     rows.append(("result", *("ok" if not e.problems else "FAILED" for e in envs)))
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     for r in rows:

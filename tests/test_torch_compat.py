@@ -62,41 +62,52 @@ def test_the_missing_gpu_self_check_leaves_torch_cuda_as_it_was():
     assert (torch.cuda.is_available, torch.cuda.device_count) == before
 
 
-def test_the_teardown_pause_is_checked_by_applying_it_and_then_undone(monkeypatch):
-    import sys
-    import time
-
+def destroy_after_ddp_and_report_what_is_kept():
     import torch
     import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
+    from torch.nn.parallel import DistributedDataParallel as DDP
 
-    destroy, interval = dist.destroy_process_group, sys.getswitchinterval()
-    stash, sleep = torch._C._stash_obj_in_tls, time.sleep
-    assert torch_compat.check()["teardown_pause"] is None
-    assert dist.destroy_process_group is destroy and sys.getswitchinterval() == interval
-    assert torch._C._stash_obj_in_tls is stash and time.sleep is sleep
-    assert "__del__" not in DistributedDataParallel.__dict__
-    monkeypatch.setattr(torch_compat, "pause_after_destroy", lambda: lambda: None)
-    assert "it changes nothing" in torch_compat.check()["teardown_pause"]
+    from ddp_helpers.launcher import torch_compat
+
+    dist.init_process_group("gloo")
+    world = dist.group.WORLD
+    sub = dist.new_group([0, 1])
+    model = DDP(torch.nn.Linear(4, 1))
+    model(torch.randn(8, 4)).sum().backward()  # gloo works that captured backward's stash
+    dist.destroy_process_group(sub)
+    after_sub = [g is sub for g in torch_compat.KEPT_GROUPS]
+    dist.destroy_process_group()
+    del model  # the DDP model drops its group: still referenced, never freed
+    kept = torch_compat.KEPT_GROUPS
+    return after_sub, any(g is world for g in kept), len(kept), dist.is_initialized()
 
 
-def test_the_teardown_pause_waits_only_after_a_backward(monkeypatch):
-    import time
+def test_a_rank_keeps_every_group_it_destroys_until_it_exits():
+    results = launch(destroy_after_ddp_and_report_what_is_kept, nprocs=2)
+    # The sub-group was kept when it alone was destroyed; then WORLD with it (and the
+    # sub-group once more, from torch's registry, harmless). torch forgot them all.
+    for after_sub, world_kept, count, initialized in results:
+        assert after_sub == [True] and world_kept and count >= 2 and not initialized
 
-    import torch
+
+def test_keeping_the_groups_is_off_when_its_touchpoint_is(monkeypatch):
     import torch.distributed as dist
 
-    slept = []
-    monkeypatch.setattr(time, "sleep", slept.append)
-    undo = torch_compat.pause_after_destroy()
-    try:
-        torch_compat._destroy_without_group(dist)
-        assert torch_compat.GIL_HANDOVER_S not in slept  # no backward yet: no pause
-        torch.ones(1, requires_grad=True).sum().backward()  # stashes, as DDP's backward does
-        torch_compat._destroy_without_group(dist)
-        assert torch_compat.GIL_HANDOVER_S in slept
-    finally:
-        undo()
+    destroy = dist.destroy_process_group
+    assert torch_compat.check()["keep_groups"] is None
+    assert dist.destroy_process_group is destroy  # the self-check changes nothing
+    monkeypatch.setenv("DDP_HELPERS_DISABLE", "keep_groups")
+    results = torch_compat.check()
+    assert results["keep_groups"] == torch_compat.MESSAGES["disabled"]
+    monkeypatch.setattr(torch_compat, "keep_groups_until_exit", lambda: 1 / 0)
+    torch_compat.prepare_rank(results, None, 0, 1)  # not applied: no ZeroDivisionError
+
+
+def test_a_torch_without_the_group_registry_fails_the_self_check(monkeypatch):
+    from torch.distributed import distributed_c10d as c10d
+
+    monkeypatch.setattr(c10d, "_world", object())  # a torch that keeps its groups elsewhere
+    assert "has no such thing" in torch_compat.check()["keep_groups"]
 
 
 def test_the_debug_level_is_checked_by_reading_it_back_and_then_restored(monkeypatch):

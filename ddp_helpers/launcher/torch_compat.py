@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..i18n import messages
@@ -69,15 +68,14 @@ TOUCHPOINTS = {
             "torch._dynamo",
             "the first DDP(...) in every rank takes 1-2 s longer",
         ),
-        # A short GIL switch interval and a few ms with the GIL let go before a gloo group
-        # is freed (in destroy_process_group() after a backward, or with a DDP model) avoid
-        # a deadlock between gloo's worker thread and the main thread (torch 2.13, under
-        # load).
+        # Every process group a rank destroys stays referenced until the rank's os._exit,
+        # so no gloo group is freed while Python runs: freeing one can deadlock gloo's
+        # worker thread against the GIL (torch 2.13, under load; see keep_groups_until_exit).
         Touchpoint(
-            "teardown_pause",
-            "torch.distributed.destroy_process_group",
-            "a rank that frees a DDP model right after destroy_process_group() can hang until "
-            "the launch's timeout",
+            "keep_groups",
+            "torch.distributed.destroy_process_group, distributed_c10d._world.pg_map",
+            "a rank that frees a gloo group (destroy_process_group(), or the DDP model that "
+            "holds it) after a backward can hang until the launch's timeout",
         ),
         # TORCH_DISTRIBUTED_DEBUG set in the notebook takes effect in the ranks (torch reads
         # it once, at import, in the launcher's helper).
@@ -177,56 +175,23 @@ def _check_dynamo_preload() -> str | None:
     return None
 
 
-def _check_teardown_pause() -> str | None:
-    """Apply the pause here: destroy_process_group() must not pause while nothing was
-    stashed, and must pause GIL_HANDOVER_S once something was (stashed and removed again
-    through torch's own calls: no torch op runs in the launcher's helper); then undo it.
-    The pause's sleeps are recorded, not timed, so that a loaded machine cannot fail the
-    check. backward() must still stash through the attribute the pause wraps."""
-    import inspect
-    import time
-
-    import torch
-    import torch.autograd.graph as graph
+def _check_keep_groups() -> str | None:
+    """destroy_process_group() is there to wrap, and torch's registry of live groups, which
+    the wrapper reads, holds them as keys (the wrapper keeps what it would free)."""
     import torch.distributed as dist
 
     if not callable(getattr(dist, "destroy_process_group", None)):
         return MESSAGES["missing"].format(version=_version())
-    if not callable(getattr(torch._C, "_stash_obj_in_tls", None)) or not callable(
-        getattr(torch._C, "_remove_obj_from_tls", None)
-    ):
-        return MESSAGES["missing"].format(version=_version())
     try:
-        source = inspect.getsource(graph._engine_run_backward)
-    except (AttributeError, OSError, TypeError):
+        from torch.distributed import distributed_c10d as c10d
+
+        registry = c10d._world.pg_map
+        world = c10d.GroupMember
+    except (ImportError, AttributeError):
         return MESSAGES["missing"].format(version=_version())
-    if "torch._C._stash_obj_in_tls(" not in source:
+    if not isinstance(registry, dict) or not hasattr(world, "WORLD"):
         return MESSAGES["no_effect"].format(version=_version())
-
-    slept: list[float] = []
-    real_sleep = time.sleep
-    time.sleep = slept.append  # the pause's sleeps, recorded instead of slept (no timing)
-    undo = pause_after_destroy()
-    try:
-        _destroy_without_group(dist)
-        if GIL_HANDOVER_S in slept:  # nothing stashed, yet it paused
-            return MESSAGES["no_effect"].format(version=_version())
-        torch._C._stash_obj_in_tls("ddp_helpers_check", None)
-        torch._C._remove_obj_from_tls("ddp_helpers_check")
-        _destroy_without_group(dist)
-        if GIL_HANDOVER_S not in slept:
-            return MESSAGES["no_effect"].format(version=_version())
-    finally:
-        undo()
-        time.sleep = real_sleep
     return None
-
-
-def _destroy_without_group(dist) -> None:
-    try:
-        dist.destroy_process_group()  # no group exists: torch refuses, after any pause
-    except (AssertionError, ValueError, RuntimeError):
-        pass
 
 
 def _check_debug_level() -> str | None:
@@ -292,7 +257,7 @@ _CHECKS = {
     "rendezvous_store": _check_rendezvous_store,
     "listen_fd": _check_listen_fd,
     "dynamo_preload": _check_dynamo_preload,
-    "teardown_pause": _check_teardown_pause,
+    "keep_groups": _check_keep_groups,
     "debug_level": _check_debug_level,
     "peer_text": _check_peer_text,
     "load_device_text": _check_load_device_text,
@@ -383,78 +348,43 @@ def own_the_rendezvous(listen_fd: int | None, port: int, world_size: int) -> Non
 _LOOPBACK = {"localhost", "127.0.0.1", "::1", "0.0.0.0", ""}
 
 
-# How long the main thread lets go of the GIL before a gloo process group can be freed.
-GIL_HANDOVER_S = 0.005
+# Every process group this rank destroyed: referenced until os._exit, never freed.
+KEPT_GROUPS: list = []
 
 
-def pause_after_destroy() -> Callable[[], None]:
-    """Work around a torch 2.13 hang when a gloo process group is freed (seen under load).
+def keep_groups_until_exit() -> None:
+    """Make certain no gloo process group is freed while the rank's Python runs.
 
-    Every backward() stashes a Python object in thread-local state (torch.autograd.graph.
-    _engine_run_backward: `torch._C._stash_obj_in_tls("context", ...)`), and each gloo work
-    launched while it is there (DDP's all-reduces, inside backward) captures that state.
-    gloo's worker thread frees a finished work, which then needs the GIL, a moment after the
-    work completes. If the main thread frees the process group first, it joins that worker
-    while holding the GIL: a deadlock (seen with gdb: `~ProcessGroupGloo` joining in the
-    main thread, the worker in `~AsyncWork` waiting for the GIL). The group is freed in
-    destroy_process_group() or, when a DDP model still holds it, when that model is freed.
-    So the main thread hands over the GIL (sleeps a few ms, with a short switch interval)
-    before destroy_process_group() and before a DDP model is finalized: the worker finishes
-    first. The pause after destroy stays for gloo's threads that let go of the group itself.
-    A rank that never stashed an object (no backward: most lessons' launches) has no such
-    work, and destroys at once. Returns what undoes it all (for the self-check).
+    Freeing a gloo group can deadlock in torch 2.13 (seen under load, with gdb): every
+    backward() stashes a Python object in thread-local state (torch.autograd.graph.
+    _engine_run_backward: `torch._C._stash_obj_in_tls("context", ...)`), each gloo work
+    launched meanwhile (DDP's all-reduces) captures it, and gloo's worker thread frees a
+    finished work, which then needs the GIL, a moment after the work completes. When the
+    main thread frees the group first, `~ProcessGroupGloo` joins that worker while holding
+    the GIL. The group is freed when its last reference goes: in destroy_process_group(),
+    which clears torch's registry of groups, or later with the DDP model that holds it. So
+    destroy_process_group() first puts every group it is about to forget in KEPT_GROUPS:
+    torch still shuts them down and forgets them, but their destructors never run, and a
+    rank ends with os._exit, which frees the process without running any. A group never
+    destroyed stays in torch's registry until then too. Nothing else changes: no sleep, no
+    timing, no setting for the rank's whole life.
     """
     import functools
-    import sys
-    import time
 
-    import torch
     import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
+    from torch.distributed import distributed_c10d as c10d
 
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-4)
     real_destroy = dist.destroy_process_group
-    real_stash = torch._C._stash_obj_in_tls
-    stashed = []  # non-empty once a Python object went into thread-local state
-
-    @functools.wraps(real_stash)
-    def stash_obj_in_tls(*args, **kwargs):
-        if not stashed:
-            stashed.append(True)
-        return real_stash(*args, **kwargs)
 
     @functools.wraps(real_destroy)
-    def destroy_process_group(*args, **kwargs):
-        if not stashed:
-            return real_destroy(*args, **kwargs)
-        time.sleep(GIL_HANDOVER_S)  # gloo's workers drop their finished works first
-        result = real_destroy(*args, **kwargs)
-        time.sleep(0.001)  # releases the GIL: gloo's threads drop their last references
-        return result
+    def destroy_process_group(group=None):
+        if group is None or group is c10d.GroupMember.WORLD:
+            KEPT_GROUPS.extend(c10d._world.pg_map)  # all of them go
+        elif group in c10d._world.pg_map:
+            KEPT_GROUPS.append(group)
+        return real_destroy(group)
 
-    torch._C._stash_obj_in_tls = stash_obj_in_tls
     dist.destroy_process_group = destroy_process_group
-    real_del = getattr(DistributedDataParallel, "__del__", None)
-    own_del = DistributedDataParallel.__dict__.get("__del__")
-
-    def __del__(self):  # noqa: N807 - runs before the model's reducer and group are freed
-        time.sleep(GIL_HANDOVER_S)
-        if real_del is not None:
-            real_del(self)
-
-    DistributedDataParallel.__del__ = __del__
-
-    def undo() -> None:
-        sys.setswitchinterval(interval)
-        torch._C._stash_obj_in_tls = real_stash
-        dist.destroy_process_group = real_destroy
-        if own_del is None:
-            del DistributedDataParallel.__del__
-        else:
-            DistributedDataParallel.__del__ = own_del
-
-    return undo
 
 
 def debug_level_from_environment() -> None:
@@ -470,7 +400,7 @@ def prepare_rank(results: dict[str, str | None], listen_fd, port: int, world_siz
         own_the_rendezvous(listen_fd, port, world_size)
     elif listen_fd is not None:
         os.close(listen_fd)  # free the port: torch's own store binds MASTER_PORT itself
-    if usable(results, "teardown_pause"):
-        pause_after_destroy()
+    if usable(results, "keep_groups"):
+        keep_groups_until_exit()
     if usable(results, "debug_level"):
         debug_level_from_environment()
