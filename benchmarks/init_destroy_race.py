@@ -1,0 +1,91 @@
+"""init_process_group() then destroy_process_group() at once, with and without torch's
+barrier after init.
+
+`.venv/bin/python benchmarks/init_destroy_race.py --runs 200`. Each run launches 3 ranks
+that create a gloo process group and destroy it with no collective between, which can
+fail on a rank still connecting when a peer has already left ("connectFullMesh ...
+closed by peer"), or on a rank still reading the store when rank 0, which serves it, has
+left ("Broken pipe" in `_store_based_barrier`). Busy loops load the cores. The settings:
+torch's default (`TORCH_DIST_INIT_BARRIER=0`) and torch's store barrier at the end of
+init_process_group (`TORCH_DIST_INIT_BARRIER=1`); the launcher passes the kernel's value to
+the ranks. They alternate in blocks; Fisher's exact test (one-sided) says whether the
+barrier could be no better. Only loopback addresses are used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+
+from gloo_teardown import BUSY, fisher_one_sided  # noqa: E402
+
+SETTINGS = {"torch's default (no barrier)": "0", "barrier after init": "1"}
+
+
+def init_then_destroy():
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    dist.destroy_process_group()
+    return 0
+
+
+def _block(barrier: str, runs: int, limit: float) -> list[str]:
+    from ddp_helpers import DistributedError, launch
+
+    os.environ["TORCH_DIST_INIT_BARRIER"] = barrier  # the launcher keeps what is set
+    outcomes = []
+    for _ in range(runs):
+        try:
+            launch(init_then_destroy, nprocs=3, timeout=limit)
+            outcomes.append("clean")
+        except DistributedError as err:
+            outcomes.append("hung" if err.kind == "timeout" else "failed")
+    return outcomes
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=200, help="runs of each setting")
+    parser.add_argument("--block", type=int, default=25, help="runs before switching")
+    parser.add_argument("--busy", type=int, default=3, help="busy loops beside the ranks")
+    parser.add_argument("--limit", type=float, default=20.0, help="seconds before 'hung'")
+    args = parser.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    busy = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(args.busy)]
+    results: dict[str, list[str]] = {name: [] for name in SETTINGS}
+    started = time.monotonic()
+    try:
+        while any(len(r) < args.runs for r in results.values()):
+            for name, barrier in SETTINGS.items():
+                n = min(args.block, args.runs - len(results[name]))
+                results[name] += _block(barrier, n, args.limit)
+            line = ", ".join(
+                f"{n}: {len(r) - r.count('clean')} bad of {len(r)}" for n, r in results.items()
+            )
+            print(f"[{time.monotonic() - started:5.0f} s] {line}", flush=True)
+    finally:
+        for proc in busy:
+            proc.kill()
+        os.environ.pop("TORCH_DIST_INIT_BARRIER", None)
+    print()
+    for name, outcomes in results.items():
+        bad = len(outcomes) - outcomes.count("clean")
+        detail = ", ".join(f"{outcomes.count(w)} {w}" for w in ("failed", "hung") if w in outcomes)
+        print(f"{name:30} {bad:4d} bad of {len(outcomes)}" + (f" ({detail})" if detail else ""))
+    (without, with_) = results.values()
+    bad = [len(r) - r.count("clean") for r in (without, with_)]
+    p = fisher_one_sided(bad[0], len(without), bad[1], len(with_))
+    print(f"Fisher's exact test, one-sided: p = {p:.2g} that the barrier is no better")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
