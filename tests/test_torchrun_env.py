@@ -52,11 +52,13 @@ DIFFERENT = (
 )
 # Only torchrun: its agent's error files and signal handling (launch reports failures itself).
 TORCHRUN_ONLY = {"TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_SIGNALS_TO_HANDLE"}
-# Only launch: loopback for gloo and nccl, quiet C++ logs, and the launcher's own settings.
+# Only launch: loopback for gloo and nccl, quiet C++ logs, torch's barrier after init (rank
+# 0 leaves last there), and the launcher's own settings.
 LAUNCH_ONLY = {
     "GLOO_SOCKET_IFNAME",
     "NCCL_SOCKET_IFNAME",
     "TORCH_CPP_LOG_LEVEL",
+    "TORCH_DIST_INIT_BARRIER",
     "DDP_HELPERS_BACKEND",
     "MPLBACKEND",
     "PYTHONUNBUFFERED",

@@ -163,6 +163,11 @@ def shared_environment(
     env["OMP_NUM_THREADS"] = str(threads)
     env["MPLBACKEND"] = "Agg"  # the notebook's inline backend means nothing in a rank
     env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # as in the zygote, for what ranks start
+    # init_process_group() returns on no rank before every rank has connected (torch's own
+    # store barrier): without it, a rank that destroys the group at once can close its
+    # sockets on a peer still connecting ("connectFullMesh ... closed by peer"). Rank 0,
+    # which serves the store the barrier uses, leaves last (rank.py's _leave_last).
+    env.setdefault("TORCH_DIST_INIT_BARRIER", "1")
     # gloo and nccl open listening sockets of their own, by default on the address the
     # host name resolves to (reachable from the network): keep a one-machine run on
     # loopback unless the user chose an interface.

@@ -13,6 +13,7 @@ kernel unpickles these classes without torch: this module imports nothing heavy.
 from __future__ import annotations
 
 import functools
+import signal
 import types
 import typing
 from dataclasses import dataclass, fields, is_dataclass
@@ -164,6 +165,10 @@ class RankError:
     time: float  # when it was raised (CLOCK_MONOTONIC, the same in every process)
     exception: bytes | None = None
 
+
+# The zygote to a launch's rank 0: every other rank of the launch has exited (rank 0, which
+# serves the run's store, leaves last: rank.py's _leave_last). Blocked in every rank.
+RELEASE = signal.SIGUSR2
 
 T = typing.TypeVar("T")
 

@@ -15,7 +15,16 @@ import types
 from ..procs import die_with_parent, set_process_name
 from . import torch_compat
 from .pickling import dumps
-from .protocol import BecomeRank, Call, Cell, LaunchRequest, RankError, RankResult, expect
+from .protocol import (
+    RELEASE,
+    BecomeRank,
+    Call,
+    Cell,
+    LaunchRequest,
+    RankError,
+    RankResult,
+    expect,
+)
 from .tracebacks import is_internal
 from .wire import write_message
 
@@ -150,7 +159,22 @@ def run_rank(task: BecomeRank, fds: tuple[int, ...]) -> None:
             sys.stderr.flush()
         except Exception:
             pass
+        if task.rank == 0 and task.request.nprocs > 1:
+            _leave_last()
         os._exit(code)
+
+
+def _leave_last() -> None:
+    """Rank 0 serves the run's store: it exits only once every other rank has.
+
+    A rank that returns goes at once (os._exit). Were rank 0 first, a peer still reading
+    the store (in torch's barrier after init_process_group, TORCH_DIST_INIT_BARRIER, or
+    in destroy_process_group) would lose it: "Broken pipe". The zygote, which sees its
+    ranks exit, sends RELEASE when rank 0 is the last one left; it is blocked in every rank,
+    so it waits here for nobody else. A launch stops its ranks at its timeout, or after a
+    failure, as ever: this wait never outlasts the run.
+    """
+    signal.sigwait({RELEASE})
 
 
 def _run_user_code(req: LaunchRequest, ctl_fd: int, main: types.ModuleType) -> int:

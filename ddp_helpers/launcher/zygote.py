@@ -27,6 +27,7 @@ from ..procs import (
 )
 from . import torch_compat, wire
 from .protocol import (
+    RELEASE,
     BecomeRank,
     Broken,
     Exited,
@@ -164,6 +165,16 @@ class Zygote:
             launch_id, rank = self.children.pop(pid, (None, None))
             if launch_id is not None:
                 self.reply(Exited(launch_id, rank, status))
+                self._release_rank_zero(launch_id)
+
+    def _release_rank_zero(self, launch_id: int) -> None:
+        """Once every other rank of a launch is gone, let its rank 0 exit (see RELEASE)."""
+        ranks = {rank: pid for pid, (lid, rank) in self.children.items() if lid == launch_id}
+        if list(ranks) == [0]:
+            try:
+                os.kill(ranks[0], RELEASE)
+            except ProcessLookupError:
+                pass
 
     def warm_up(self) -> None:
         """Import, while idle, what DDP imports lazily (torch._dynamo: 1-2 s per rank)."""
@@ -329,6 +340,9 @@ def main() -> None:
     fd = int(sys.argv[1])
     sock = socket.socket(fileno=fd)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # interrupts are the kernel's to handle
+    # Blocked here, and so in every rank forked from here: RELEASE tells rank 0, whenever it
+    # comes, that its peers have left (a rank that is not waiting for it never sees it).
+    signal.pthread_sigmask(signal.SIG_BLOCK, {RELEASE})
     try:
         import importlib
 
