@@ -413,6 +413,22 @@ def _function_of(exercise_id: str) -> Phrase:
     return Phrase("function_unknown", id=exercise_id)
 
 
+@contextlib.contextmanager
+def process_group(**kwargs):
+    """A check harness's gloo process group on this rank: created, then destroyed whatever
+    happens, unless the answer destroyed it already. No barrier is needed around it: the
+    launcher returns from init_process_group() on no rank before every rank has connected,
+    and rank 0, which serves the store, leaves last (see docs/launcher.md)."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", **kwargs)
+    try:
+        yield
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
 def run_on_ranks(harness, *args, nprocs: int = 2, nnodes: int = 1, timeout: float = 30):
     """Run a checker's harness on N CPU ranks; a hang, or collectives that do not match,
     becomes the Wrong that names it ("hang", "mismatch")."""

@@ -6,7 +6,7 @@ import os
 from unittest import mock
 
 from ..i18n import messages
-from ._core import Exercise, Mistake, Phrase, Wrong, run_on_ranks
+from ._core import Exercise, Mistake, Phrase, Wrong, process_group, run_on_ranks
 from ._core import progress as _progress
 
 MESSAGES = messages(
@@ -391,7 +391,6 @@ def _setup_harness(setup, cases):
         if real["joined"]:
             real["backend"] = str(dist.get_backend())
             real["group"] = (dist.get_rank(), dist.get_world_size())
-            dist.barrier()  # every rank connected before any leaves (see _cleanup_harness)
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -531,10 +530,7 @@ def _cleanup_harness(cleanup):
     import torch.distributed as dist
 
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=20))
-    # Every rank connected before any leaves: a rank that destroys its group while another
-    # is still connecting to it breaks that one's init ("Connection closed by peer").
-    dist.barrier()
-    cleanup()
+    cleanup()  # at once: the launcher makes that safe (barrier after init, rank 0 last)
     left = dist.is_initialized()
     if left:
         dist.destroy_process_group()  # the check's own, so that the rank ends cleanly
@@ -569,8 +565,7 @@ def _average_gradients_harness(average_gradients):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    dist.init_process_group("gloo")
-    try:
+    with process_group():
         rank = dist.get_rank()
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
@@ -589,8 +584,6 @@ def _average_gradients_harness(average_gradients):
         diff = (mine - theirs).abs().max().item()
         ratio = (mine.norm() / theirs.norm()).item()
         return {"diff": diff, "ratio": ratio, "unchanged": unchanged}
-    finally:
-        dist.destroy_process_group()
 
 
 def _check_average(fn) -> Phrase:

@@ -11,6 +11,7 @@ from ._core import (
     Mistake,
     Phrase,
     Wrong,
+    process_group,
     run_on_ranks,
     weights_apart,
 )
@@ -332,8 +333,7 @@ def _wrap_harness(wrap):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    dist.init_process_group("gloo")
-    try:
+    with process_group():
         # A machine with one GPU for two ranks: set-up chose the CPU, yet CUDA is there. An
         # answer must go by the device it is given, not by whether CUDA exists.
         try:
@@ -349,8 +349,6 @@ def _wrap_harness(wrap):
         inner = wrapped.module if isinstance(wrapped, DDP) else wrapped
         state = {k: v.detach().cpu().clone() for k, v in inner.state_dict().items()}
         return {"ddp": isinstance(wrapped, DDP), "kind": type(wrapped).__name__, "state": state}
-    finally:
-        dist.destroy_process_group()
 
 
 def _gpu_index(device, local):
@@ -490,8 +488,7 @@ def _params_in_sync_harness(params_in_sync):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    dist.init_process_group("gloo")
-    try:
+    with process_group():
         torch.manual_seed(dist.get_rank())  # a different start on every rank
         model = _sync_model()
         answers = {"case_before": bool(params_in_sync(model))}
@@ -507,8 +504,6 @@ def _params_in_sync_harness(params_in_sync):
             with torch.no_grad():
                 state[name].copy_(saved)
         return answers
-    finally:
-        dist.destroy_process_group()
 
 
 def _check_sync(fn) -> Phrase:
@@ -588,8 +583,7 @@ def _accumulation_harness(fn):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    dist.init_process_group("gloo")
-    try:
+    with process_group():
         rank, world = dist.get_rank(), dist.get_world_size()
         model, reduces, steps = DDP(make_model()), [], []
 
@@ -605,8 +599,6 @@ def _accumulation_harness(fn):
         fn(model, optimizer, _accumulation_data(world)[1](rank), ACCUM_K)
         weights = {k: v.detach().clone() for k, v in model.module.state_dict().items()}
         return {"weights": weights, "reduces": len(reduces), "steps": len(steps)}
-    finally:
-        dist.destroy_process_group()
 
 
 def _one_process_accumulated(lr: float) -> dict:

@@ -13,6 +13,7 @@ from ._core import (
     Texts,
     Wrong,
     and_list,
+    process_group,
     rank_folder,
     rank_folders,
     run_on_ranks,
@@ -396,16 +397,10 @@ def _items_by_batch(loader) -> list[list[int]]:
 
 def _loader_harness(make_loader):
     import torch
-    import torch.distributed as dist
     from torch.utils.data import DataLoader, TensorDataset
     from torch.utils.data.distributed import DistributedSampler
 
-    dist.init_process_group("gloo")
-    # Every rank connected before any leaves: nothing below is a collective, and a rank that
-    # destroys its group while another is still connecting to it breaks that one's init
-    # ("Connection closed by peer", seen under load).
-    dist.barrier()
-    try:
+    with process_group():  # no collective below, and none needed before leaving
         data = TensorDataset(torch.arange(LOADER_ITEMS), torch.zeros(LOADER_ITEMS))
         loader = make_loader(data, LOADER_BATCH)
         if not isinstance(loader, DataLoader):
@@ -418,8 +413,6 @@ def _loader_harness(make_loader):
             sampler.set_epoch(1)
             info["epochs"].append(_items_by_batch(loader))
         return info
-    finally:
-        dist.destroy_process_group()
 
 
 def _judge_shares(shares: list[list[int]], nnodes: int) -> None:
@@ -578,8 +571,7 @@ def _evaluate_harness(evaluate, n):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    dist.init_process_group("gloo")
-    try:
+    with process_group():
         rank = dist.get_rank()
         model = DDP(_spy_model())
         model.train()
@@ -599,8 +591,6 @@ def _evaluate_harness(evaluate, n):
             "training_after": model.training,
             "stats": [b.tolist() for b in model.module[2].buffers()],
         }
-    finally:
-        dist.destroy_process_group()
 
 
 def _judge_counts(answers, n: int, ranks: int) -> None:
@@ -724,8 +714,7 @@ def _save_harness(save_checkpoint, folder):
     import torch
     import torch.distributed as dist
 
-    dist.init_process_group("gloo")
-    try:
+    with process_group():
         rank = dist.get_rank()
         model, opt = _trained_ddp()
         if rank == 0:
@@ -766,8 +755,6 @@ def _save_harness(save_checkpoint, folder):
                 )
                 info["epoch"] = ckpt["epoch"]
         return info
-    finally:
-        dist.destroy_process_group()
 
 
 def _judge_writers(wrote: list[int], nprocs: int, nnodes: int) -> None:
@@ -827,8 +814,7 @@ def _load_harness(load_checkpoint, folder):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    dist.init_process_group("gloo")
-    try:
+    with process_group():
         model, opt = _trained_ddp()
         path = os.path.join(folder, "ckpt.pt")
         if dist.get_rank() == 0:
@@ -851,8 +837,6 @@ def _load_harness(load_checkpoint, folder):
             for p, m in zip(fresh.parameters(), momentum, strict=True)
         )
         return {"weights": same_weights, "opt": same_opt, "resume": resume}
-    finally:
-        dist.destroy_process_group()
 
 
 def _as_int(value):
@@ -950,16 +934,13 @@ def _spy_on_all_gather() -> None:
 def _gather_harness(fn, lengths, dtype):
     import torch.distributed as dist
 
-    dist.init_process_group("gloo")
-    try:
+    with process_group():
         _spy_on_all_gather()
         try:
             got = fn(_gather_values(dist.get_rank(), lengths, dtype))
         except _SizesDiffer as exc:
             return {"sizes": exc.args[0]}
         return {"values": got.tolist(), "dtype": str(got.dtype).removeprefix("torch.")}
-    finally:
-        dist.destroy_process_group()
 
 
 def _check_gather(fn) -> Phrase:

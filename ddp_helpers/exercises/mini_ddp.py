@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 
 from ..i18n import messages
-from ._core import Exercise, Listed, Mistake, Phrase, Wrong, run_on_ranks
+from ._core import Exercise, Listed, Mistake, Phrase, Wrong, process_group, run_on_ranks
 
 MESSAGES = messages(
     "exercises.mini_ddp",
@@ -236,8 +236,7 @@ def _mini_ddp_harness(cls, bucket_mbs):
     import torch
     import torch.distributed as dist
 
-    dist.init_process_group("gloo")
-    try:
+    with process_group():
         rank, runs = dist.get_rank(), []
         x, y = _batch(rank)
         for mb in bucket_mbs:
@@ -265,8 +264,6 @@ def _mini_ddp_harness(cls, bucket_mbs):
                  "backward_end": backward_end}
             )  # fmt: skip
         return runs
-    finally:
-        dist.destroy_process_group()
 
 
 def _max_diff(a, b) -> float:
@@ -336,10 +333,8 @@ def mini_ddp_timeline(cls=MiniDDP, hidden: int = 1024, layers: int = 6, bucket_m
 
 def _timeline_rank(cls, hidden, layers, bucket_mb):
     import torch
-    import torch.distributed as dist
 
-    dist.init_process_group("gloo")
-    try:
+    with process_group():
         torch.manual_seed(0)
         sizes = [64] + [hidden] * layers + [1]
         parts = [torch.nn.Linear(a, b) for a, b in zip(sizes, sizes[1:], strict=False)]
@@ -367,8 +362,6 @@ def _timeline_rank(cls, hidden, layers, bucket_mb):
             "finish": done - start,
             "calls": calls,
         }
-    finally:
-        dist.destroy_process_group()
 
 
 exercise = Exercise(
