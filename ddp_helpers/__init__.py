@@ -1,7 +1,30 @@
 """DDP Basics helpers: launch code on N ranks from a notebook, check exercises, grade."""
 
-from .i18n import use as use_language
-from .launcher import DistributedError, Results, launch, run_cell, shutdown, spawn, warm_up
+import importlib
+
+# Loaded when first used, so that importing a part of the package (the grader's data
+# types, the build) does not load the launcher: `from ddp_helpers import launch` works as
+# ever.
+_LAZY = {
+    "DistributedError": "launcher",
+    "Results": "launcher",
+    "launch": "launcher",
+    "run_cell": "launcher",
+    "shutdown": "launcher",
+    "spawn": "launcher",
+    "warm_up": "launcher",
+    "use_language": "i18n",
+}
+
+
+def __getattr__(name):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = importlib.import_module(f".{_LAZY[name]}", __name__)
+    value = module.use if name == "use_language" else getattr(module, name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "DistributedError",
@@ -33,6 +56,8 @@ def load_ipython_extension(ipython):
 
 
 def _warm_up_quietly():
+    from .launcher import warm_up
+
     try:
         warm_up()
     except Exception:

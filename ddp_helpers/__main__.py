@@ -8,20 +8,7 @@ import sys
 
 from .authoring.translations import EDITIONS
 from .exercises import LESSONS
-from .grading.batch import DEFAULT_TIMEOUT
-from .grading.gradescope import VISIBILITIES
-from .grading.sandbox import DEFAULT_TASKS, sandbox_from_env
-
-
-def _interrupt_on_termination() -> None:
-    """SIGTERM and SIGHUP (a closed terminal) stop the grader as Ctrl-C does: cleanly."""
-    import signal
-
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
-
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, interrupt)
+from .grading.defaults import DEFAULT_TASKS, DEFAULT_TIMEOUT, VISIBILITIES, sandbox_from_env
 
 
 def _positive(text: str) -> float:
@@ -241,52 +228,46 @@ def _add_confinement(box) -> None:
 
 
 def _grade(args, parser) -> int:
-    from .grading import GradeOptions, GradingError, grade
-    from .grading.sandbox import SandboxError, choose, fallback_note
-    from .procs import become_subreaper, kill_descendants
+    from .grading import GradeOptions, GradingError, run_batch
+    from .grading.sandbox import SandboxError
 
     if args.jobs < 1:
         parser.error("--jobs must be 1 or more")
     if args.threads < 1:
         parser.error("--threads must be 1 or more")
-    try:
-        confinement = choose(args.sandbox, args.memory, args.tasks, args.threads, args.pass_env)
-    except (SandboxError, ValueError) as exc:
-        return _error(exc)
-    if args.sandbox is None and not confinement.sandbox:
-        print(f"note: {fallback_note()}", file=sys.stderr)  # the first line of the output
     options = GradeOptions(
         out=args.out,
         feedback=args.feedback,
         timeout=args.timeout,
         jobs=args.jobs,
         lesson=args.lesson,
-        confinement=confinement,
         gradescope=args.gradescope,
         hidden_visibility=args.hidden_visibility,
         student_from=args.student_from,
         report=args.report,
+        sandbox=args.sandbox,
+        memory=args.memory,
+        tasks=args.tasks,
+        threads=args.threads,
+        pass_env=tuple(args.pass_env),
     )
-    # A worker killed from outside leaves its processes to this one, which stops them.
-    become_subreaper()
-    _interrupt_on_termination()
     try:
-        grade(args.paths, options)
-    except GradingError as exc:
+        run_batch(args.paths, options)
+    except (SandboxError, ValueError, GradingError) as exc:
         return _error(exc)
     except OSError as exc:  # the CSV, the feedback folder, or the temporary folder
-        where = exc.filename or f"{args.out} or the temporary folder (TMPDIR)"
-        print(
-            f"error: cannot write {where} ({exc.strerror or exc}): give --out and "
-            "--feedback paths in a folder you can write to, with free space.",
-            file=sys.stderr,
-        )
-        return 2
+        return _error(_unwritable(exc, args.out))
     except KeyboardInterrupt:
         return 130
-    finally:
-        kill_descendants()
     return 0
+
+
+def _unwritable(exc: OSError, out) -> str:
+    where = exc.filename or f"{out} or the temporary folder (TMPDIR)"
+    return (
+        f"cannot write {where} ({exc.strerror or exc}): give --out and --feedback paths in a "
+        "folder you can write to, with free space."
+    )
 
 
 # ---------------------------------------------------------------- pace, autograder, merge

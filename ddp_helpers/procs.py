@@ -176,6 +176,8 @@ def describe_exit(code: int) -> str:
 
 def with_this_package(env: dict) -> dict:
     """env with this copy of ddp_helpers first on PYTHONPATH, for the processes it starts."""
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    from .paths import ROOT
+
+    here = str(ROOT)  # the folder that holds this copy of ddp_helpers
     rest = [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []
     return dict(env, PYTHONPATH=os.pathsep.join([here, *rest]))

@@ -6,10 +6,10 @@ import os
 import time
 from pathlib import Path
 
+from ..paths import ROOT
 from ..stubs import BEGIN, END, stub_line
 from . import links, translations
 
-ROOT = Path(__file__).resolve().parents[2]
 DROP_TAG = "solution-only"
 
 MESSAGES = {

@@ -173,7 +173,7 @@ def lesson_core_path(lesson: str) -> CorePath:
     """The core path of lesson "01", "02", ... counted on its solution notebook."""
     from ..exercises import exercises_of, notebook_name
     from ..nbformat_quick import nbformat as _nbformat
-    from .build import ROOT
+    from ..paths import ROOT
 
     nb = _nbformat().read(ROOT / "solutions" / notebook_name(lesson), as_version=4)
     return core_path(nb, exercises_of(lesson))

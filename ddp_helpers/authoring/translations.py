@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
     import sys
 
     from ..nbformat_quick import nbformat as _nbformat
-    from .build import ROOT
+    from ..paths import ROOT
 
     for name in argv if argv is not None else sys.argv[1:]:
         english = _nbformat().read(ROOT / "solutions" / Path(name).name, as_version=4)

@@ -21,8 +21,9 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from ..paths import ROOT
 from ..stubs import BEGIN, END
-from .build import ROOT, _solutions
+from .build import _solutions
 
 BINDER = "https://mybinder.org"
 COLAB = "https://colab.research.google.com"

@@ -7,32 +7,11 @@ import inspect
 import textwrap
 import traceback
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 from .. import i18n
 from ..launcher import DistributedError
 from ..stubs import exercise_raised
-
-
-class CheckStatus(StrEnum):
-    """What a check found; the grader's CSV, feedback and reports show these words.
-
-    In the order the class report lays its columns out.
-    """
-
-    CORRECT = "correct"
-    WRONG = "wrong"
-    NOT_ATTEMPTED = "not_attempted"  # the stub `build` wrote is still there
-    ERROR = "error"
-    MISSING = "missing"  # nothing of the exercise's name in the notebook
-
-
-class Hidden(StrEnum):
-    """How an answer did on the grader's extra cases (Gradescope's test status too)."""
-
-    PASSED = "passed"
-    FAILED = "failed"
-
+from .verdicts import CheckStatus, Hidden  # noqa: F401 - Hidden: the grader's, from here too
 
 # Learner-facing text of this module. The scheme every exercise module follows (see
 # docs/authors.md): a mistake's message under its key, its title under f"{key}.title", a

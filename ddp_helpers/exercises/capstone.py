@@ -227,13 +227,21 @@ def make_model():
     return torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
 
 
+def make_loader(dataset, global_batch):
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader
+    from torch.utils.data.distributed import DistributedSampler
+
+    per_rank = global_batch // dist.get_world_size()  # the ranks of every machine
+    return DataLoader(dataset, batch_size=per_rank, sampler=DistributedSampler(dataset))
+
+
 def train_ddp(epochs, path):
     import torch
     import torch.distributed as dist
 
     from .lesson02 import cleanup, setup
     from .lesson03 import wrap
-    from .lesson04 import make_loader
 
     device = setup()
     model = wrap(make_model(), device)

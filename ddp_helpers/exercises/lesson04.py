@@ -21,7 +21,11 @@ from ._core import (
 )
 from ._core import progress as _progress
 from .capstone import exercise as q2  # exercise 4.2, the capstone: a script turned into DDP
-from .capstone import make_dataset, make_model  # noqa: F401 - the capstone's data and model, as ex.make_dataset
+from .capstone import (  # noqa: F401 - the capstone's data and model, as ex.make_dataset
+    make_dataset,
+    make_loader,  # exercise 4.1's reference: the capstone is made of it
+    make_model,
+)
 
 MESSAGES = messages(
     "exercises.lesson04",
@@ -372,15 +376,6 @@ QUIZ = {1: "b", 2: "a", 3: "c", 4: "a"}
 
 
 # ---------------------------------------------------------------- 4.1 make_loader
-
-
-def make_loader(dataset, global_batch):
-    import torch.distributed as dist
-    from torch.utils.data import DataLoader
-    from torch.utils.data.distributed import DistributedSampler
-
-    per_rank = global_batch // dist.get_world_size()  # the ranks of every machine
-    return DataLoader(dataset, batch_size=per_rank, sampler=DistributedSampler(dataset))
 
 
 LOADER_ITEMS, LOADER_BATCH = 64, 16

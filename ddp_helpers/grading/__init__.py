@@ -7,9 +7,35 @@ copy of the checks (scorer.py). The batch (batch.py) runs the workers N at a tim
 hands each row to its outputs (outputs.py: the CSV, feedback, Gradescope, class report).
 """
 
-from .batch import DEFAULT_TIMEOUT, Batch, GradeOptions, grade
-from .results import Event, ExerciseScore, Outcome, Row, Status, Submission
-from .submissions import GradingError, find_submissions, lesson_of
+import importlib
+
+# Loaded when first used: `from ddp_helpers.grading import grade` as ever, while importing
+# one of grading's modules (its data types: results.py) loads only what that one needs.
+_LAZY = {
+    "run_batch": "api",
+    "DEFAULT_TIMEOUT": "batch",
+    "Batch": "batch",
+    "GradeOptions": "batch",
+    "grade": "batch",
+    "Event": "results",
+    "ExerciseScore": "results",
+    "Outcome": "results",
+    "Row": "results",
+    "Status": "results",
+    "Submission": "results",
+    "GradingError": "submissions",
+    "find_submissions": "submissions",
+    "lesson_of": "submissions",
+}
+
+
+def __getattr__(name):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -25,4 +51,5 @@ __all__ = [
     "find_submissions",
     "grade",
     "lesson_of",
+    "run_batch",
 ]

@@ -160,8 +160,9 @@ exec "$PY" -m ddp_helpers.grading.autograder run --root "$ROOT"
 
 
 def _project_root() -> Path:
-    package = Path(__file__).resolve().parents[1]
-    root = package.parent
+    from ..paths import PACKAGE as package
+    from ..paths import ROOT as root
+
     if not (root / "pyproject.toml").is_file():
         raise AutograderError(MESSAGES["no_project"].format(package=package))
     return root
@@ -411,10 +412,12 @@ def pick_notebook(folder: Path, lesson: str) -> tuple[Path | None, str | None]:
 
 
 def run(root: Path) -> int:
-    """Grade root/submission into root/results/results.json; the exit code of `grade`."""
-    from ..__main__ import main as cli
+    """Grade root/submission into root/results/results.json; 0, or 2 with the error said."""
+    from .api import run_batch
+    from .batch import GradeOptions
     from .gradescope import write_results
     from .results import Row, Submission
+    from .submissions import GradingError
 
     source, results = root / "source", root / "results"
     config = read_config(source)
@@ -427,12 +430,22 @@ def run(root: Path) -> int:
         print(f"invalid: {problem}", file=sys.stderr)
         return 0
     with tempfile.TemporaryDirectory(prefix="ddp-autograder-") as tmp:
-        return cli(
-            ["grade", str(notebook), "--lesson", config["lesson"]]
-            + ["--out", os.path.join(tmp, "grades.csv"), "--gradescope", str(results)]
-            + ["--timeout", repr(float(config["timeout"]))]
-            + ["--hidden-visibility", config["hidden_visibility"], "--no-sandbox"]
+        options = GradeOptions(
+            out=os.path.join(tmp, "grades.csv"),
+            timeout=float(config["timeout"]),
+            lesson=config["lesson"],
+            gradescope=results,
+            hidden_visibility=config["hidden_visibility"],
+            sandbox=False,  # Gradescope's container is the sandbox
         )
+        try:
+            run_batch([str(notebook)], options)
+        except (GradingError, OSError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            return 130
+    return 0
 
 
 def main(argv: list[str]) -> int:

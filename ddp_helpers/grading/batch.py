@@ -19,14 +19,13 @@ from pathlib import Path
 from .. import i18n
 from ..i18n import messages
 from . import dispatch
+from .defaults import DEFAULT_TIMEOUT  # noqa: F401 - where it was
 from .outputs import ClassReport, FeedbackFiles, GradescopeResults, GradesCsv, Output
 from .reports import MESSAGES as REPORT_MESSAGES
 from .reports import Progress, feedback_names, in_order, summary
 from .results import Event, Row, Status, Submission
 from .sandbox import Confinement
 from .submissions import columns_for, find_submissions
-
-DEFAULT_TIMEOUT = 300.0
 
 # What the learner's feedback says about a second try: in the submission's language.
 RETRY_MESSAGES = messages(
@@ -75,6 +74,12 @@ class GradeOptions:
     hidden_visibility: str = "after_published"  # when Gradescope shows the extra cases
     student_from: re.Pattern | None = None  # finds the student in each submission's path
     report: str | Path | None = None  # the class report, an HTML file
+    # What run_batch asks sandbox.choose for, when `confinement` is not given already:
+    sandbox: bool | None = None  # None: where bubblewrap can run; True: it or an error; False: none
+    memory: int | None = None  # bytes, per submission
+    tasks: int | None = None  # processes and threads, per submission
+    threads: int = 1  # CPU threads per process
+    pass_env: tuple[str, ...] = ()  # variables a submission keeps
 
 
 class Batch:

@@ -19,7 +19,8 @@ from functools import cache
 from pathlib import Path
 
 from ..exercises._core import MESSAGES as CHECK_MESSAGES
-from ..exercises._core import CheckStatus, Texts
+from ..exercises._core import Texts
+from ..exercises.verdicts import CheckStatus
 from ..i18n import messages
 from . import scorer
 from .files import replaced_whole

@@ -16,7 +16,7 @@ import threading
 import time
 
 from .. import i18n
-from ..exercises._core import CheckStatus
+from ..exercises.verdicts import CheckStatus
 from ..i18n import messages
 from ..procs import describe_exit, stop_tree, supervise, with_this_package
 from .results import Event, ExerciseScore, Outcome, Row, Status, Submission

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .. import i18n
 from ..exercises._core import MESSAGES as CHECK_MESSAGES
-from ..exercises._core import CheckStatus
+from ..exercises.verdicts import CheckStatus
 from ..i18n import messages
 from .files import replaced_whole
 from .results import STATUSES, Row, Status, Submission

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from ..exercises._core import CheckStatus, Hidden
+from ..exercises.verdicts import CheckStatus, Hidden
 
 
 class Status(StrEnum):

@@ -32,10 +32,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1]  # ddp_helpers/, the course's own code
-CGROUP = Path("/sys/fs/cgroup")
-DEFAULT_TASKS = 512  # processes and threads: a 2-rank lesson uses about 100
+from ..paths import PACKAGE  # ddp_helpers/, the course's own code
+from .defaults import DEFAULT_TASKS
 
+CGROUP = Path("/sys/fs/cgroup")
 _INSTALL = (
     "(Debian and Ubuntu: `sudo apt-get install bubblewrap`; Fedora: `sudo dnf install "
     "bubblewrap`; Arch: `sudo pacman -S bubblewrap`)"
@@ -162,15 +162,6 @@ def choose(
     mechanism = forced or next((m for m in ("cgroup2", "cgroup1") if _cgroup_usable(m)), "rlimit")
     boxed = sandbox is not False and problem is None
     return Confinement(boxed, memory, tasks or DEFAULT_TASKS, threads, mechanism, pass_env)
-
-
-def sandbox_from_env(value: str | None) -> bool | None:
-    """DDP_HELPERS_SANDBOX as --sandbox's default: 1 is --sandbox, 0 is --no-sandbox, unset
-    (or 'auto') is the sandbox where it can run."""
-    value = (value or "").strip().lower()
-    if value in ("", "auto"):
-        return None
-    return value not in ("0", "false", "no", "off")
 
 
 @functools.cache

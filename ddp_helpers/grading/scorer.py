@@ -14,7 +14,7 @@ import select
 import sys
 import time
 
-from ..exercises._core import CheckStatus
+from ..exercises.verdicts import CheckStatus
 from ..i18n import messages
 from ..procs import describe_exit, kill_descendants, stop_tree, supervise
 from .kernel import start_logged
