@@ -1,29 +1,22 @@
 """DDP Basics helpers: launch code on N ranks from a notebook, check exercises, grade."""
 
-import importlib
+from .lazy import lazy_getattr
 
 # Loaded when first used, so that importing a part of the package (the grader's data
-# types, the build) does not load the launcher: `from ddp_helpers import launch` works as
-# ever.
-_LAZY = {
-    "DistributedError": "launcher",
-    "Results": "launcher",
-    "launch": "launcher",
-    "run_cell": "launcher",
-    "shutdown": "launcher",
-    "spawn": "launcher",
-    "warm_up": "launcher",
-    "use_language": "i18n",
-}
-
-
-def __getattr__(name):
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module = importlib.import_module(f".{_LAZY[name]}", __name__)
-    value = module.use if name == "use_language" else getattr(module, name)
-    globals()[name] = value
-    return value
+# types, the build) does not load the launcher.
+__getattr__ = lazy_getattr(
+    __name__,
+    {
+        "DistributedError": "launcher",
+        "Results": "launcher",
+        "launch": "launcher",
+        "run_cell": "launcher",
+        "shutdown": "launcher",
+        "spawn": "launcher",
+        "warm_up": "launcher",
+        "use_language": "i18n",
+    },
+)
 
 
 __all__ = [

@@ -123,3 +123,6 @@ def messages(domain: str, english: dict) -> Messages:
 def fields(text: str) -> set[str]:
     """The format fields a message uses: a translation must use the same ones."""
     return {name for _, name, _, _ in string.Formatter().parse(text) if name is not None}
+
+
+use_language = use  # as `ddp_helpers.use_language`

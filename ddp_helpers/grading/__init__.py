@@ -7,7 +7,7 @@ copy of the checks (scorer.py). The batch (batch.py) runs the workers N at a tim
 hands each row to its outputs (outputs.py: the CSV, feedback, Gradescope, class report).
 """
 
-import importlib
+from ..lazy import lazy_getattr
 
 # Loaded when first used: `from ddp_helpers.grading import grade` as ever, while importing
 # one of grading's modules (its data types: results.py) loads only what that one needs.
@@ -28,13 +28,7 @@ _LAZY = {
     "lesson_of": "submissions",
 }
 
-
-def __getattr__(name):
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _LAZY)
 
 
 __all__ = [
