@@ -258,9 +258,10 @@ def _torch_installed() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     from ..launcher.torch_compat import KNOWN_GOOD
+    from ..versions import release
 
     try:
-        return version("torch").split("+")[0]
+        return release(version("torch"))
     except PackageNotFoundError:
         return KNOWN_GOOD[0]
 
@@ -363,7 +364,9 @@ def finish_setup(source: Path) -> str:
             ) from None
     import torch
 
-    if torch.__version__.split("+")[0] != config["torch"]:
+    from ..versions import torch_release
+
+    if torch_release() != config["torch"]:
         raise AutograderError(
             MESSAGES["torch_mismatch"].format(
                 found=torch.__version__, wanted=config["torch"], index=TORCH_INDEX

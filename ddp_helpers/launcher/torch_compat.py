@@ -137,9 +137,9 @@ def _disabled() -> set[str]:
 
 
 def _version() -> str:
-    import torch
+    from ..versions import torch_release
 
-    return str(torch.__version__).split("+")[0]
+    return torch_release()
 
 
 def _check_rendezvous_store() -> str | None:
