@@ -225,6 +225,12 @@ def _add_confinement(box) -> None:
     box.add_argument(
         "--threads", type=int, default=1, metavar="N", help="CPU threads per process (1)"
     )
+    box.add_argument(
+        "--limits",
+        choices=("cgroup2", "cgroup1", "rlimit"),
+        help="how the limits are held (default: the first of these that works here); for "
+        "troubleshooting",
+    )
 
 
 def _grade(args, parser) -> int:
@@ -250,6 +256,7 @@ def _grade(args, parser) -> int:
         tasks=args.tasks,
         threads=args.threads,
         pass_env=tuple(args.pass_env),
+        limits=args.limits,
     )
     try:
         run_batch(args.paths, options)

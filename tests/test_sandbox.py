@@ -99,9 +99,12 @@ def _left(tmp: Path) -> list[str]:
             if p.status() == psutil.STATUS_ZOMBIE or p.pid == os.getpid():
                 continue
             cwd = Path(p.cwd())
-            # A sandboxed batch's folder may be in /tmp (see batch._short_tmp).
-            ours = cwd.is_relative_to(tmp) or any(
-                part.startswith("ddp-grade-") for part in cwd.parts
+            # A sandboxed batch's folder may be /tmp/ddp-grade-batch-* (batch._short_tmp).
+            # Not any ddp-grade- folder: test_grading's batches, in another worker, work in
+            # /tmp/ddpt-*/ddp-grade-batch-* at the same time.
+            in_tmp = cwd.parts[:2] == ("/", "tmp") and len(cwd.parts) > 2
+            ours = cwd.is_relative_to(tmp) or (
+                in_tmp and cwd.parts[2].startswith("ddp-grade-batch-")
             )
             if ours or p.cmdline() == ["sleep", FLOOD_SECONDS]:
                 found.append(" ".join(p.cmdline()))
@@ -245,9 +248,8 @@ def rlimited(tmp_path_factory):
     path = _fake_bwrap(tmp / "bin", BLOCKED_BWRAP) + os.pathsep + os.environ["PATH"]
     run = _grade(
         ["subs/memory_hog", "subs/process_flood", "subs/leak", "--memory", "2G", "--jobs", "2"]
-        + ["--timeout", str(TIMEOUT), *OUTPUTS],
+        + ["--timeout", str(TIMEOUT), "--limits", "rlimit", *OUTPUTS],
         tmp,
-        DDP_HELPERS_LIMITS="rlimit",
         PATH=path,
         **SECRETS,
     )

@@ -44,7 +44,12 @@ def run_batch(paths, options: GradeOptions, *, notes=None) -> list[Row]:
     confinement = options.confinement
     if confinement is None:
         confinement = choose(
-            options.sandbox, options.memory, options.tasks, options.threads, options.pass_env
+            options.sandbox,
+            options.memory,
+            options.tasks,
+            options.threads,
+            options.pass_env,
+            options.limits,
         )
         if options.sandbox is None and not confinement.sandbox:
             print(f"note: {fallback_note()}", file=notes or sys.stderr)  # the first line

@@ -80,6 +80,7 @@ class GradeOptions:
     tasks: int | None = None  # processes and threads, per submission
     threads: int = 1  # CPU threads per process
     pass_env: tuple[str, ...] = ()  # variables a submission keeps
+    limits: str | None = None  # how its limits are held (sandbox.LIMITS); None: what works here
 
 
 class Batch:

@@ -36,6 +36,7 @@ from ..paths import PACKAGE  # ddp_helpers/, the course's own code
 from .defaults import DEFAULT_TASKS
 
 CGROUP = Path("/sys/fs/cgroup")
+LIMITS = ("cgroup2", "cgroup1", "rlimit")  # how a submission's limits can be held
 _INSTALL = (
     "(Debian and Ubuntu: `sudo apt-get install bubblewrap`; Fedora: `sudo dnf install "
     "bubblewrap`; Arch: `sudo pacman -S bubblewrap`)"
@@ -84,6 +85,7 @@ MESSAGES = {
         "--memory takes a size such as 4G, 512M or 2000000000 (bytes), at least 256M; "
         "got {value!r}."
     ),
+    "bad_limits": "--limits takes one of {known}; got {value!r}.",
     "bad_tasks": (
         "--tasks takes a whole number of processes and threads, 16 or more; got {value!r}."
     ),
@@ -146,10 +148,14 @@ def choose(
     tasks: int | None,
     threads: int = 1,
     pass_env: Iterable[str] = (),
+    limits: str | None = None,
 ) -> Confinement:
     """The confinement asked for, checked now: a SandboxError or ValueError before anything
     is graded. sandbox=None: the sandbox where it can run here (else fallback_note() says
-    why not); True: the sandbox or a SandboxError; False: no sandbox."""
+    why not); True: the sandbox or a SandboxError; False: no sandbox. `limits` forces how
+    the limits are held (LIMITS; default: the first of them that works here)."""
+    if limits is not None and limits not in LIMITS:
+        raise ValueError(MESSAGES["bad_limits"].format(value=limits, known=", ".join(LIMITS)))
     if tasks is not None and tasks < 16:
         raise ValueError(MESSAGES["bad_tasks"].format(value=tasks))
     pass_env = tuple(dict.fromkeys(pass_env))
@@ -158,8 +164,7 @@ def choose(
     if sandbox and problem is not None:
         kind, error = problem
         raise SandboxError(MESSAGES[kind].format(error=error))
-    forced = os.environ.get("DDP_HELPERS_LIMITS")  # tests and troubleshooting only
-    mechanism = forced or next((m for m in ("cgroup2", "cgroup1") if _cgroup_usable(m)), "rlimit")
+    mechanism = limits or next((m for m in ("cgroup2", "cgroup1") if _cgroup_usable(m)), "rlimit")
     boxed = sandbox is not False and problem is None
     return Confinement(boxed, memory, tasks or DEFAULT_TASKS, threads, mechanism, pass_env)
 
