@@ -228,3 +228,22 @@ def rank_environment(
     if visible is not None:
         env["CUDA_VISIBLE_DEVICES"] = visible
     return env
+
+
+@dataclass(frozen=True)
+class StopPolicy:
+    """How long a run waits, in seconds, at each step of stopping its ranks (run.Run), as
+    torch.distributed.elastic's close() takes its death_sig and timeout."""
+
+    grace: float = 0.2  # the first failure -> SIGTERM to the others: a returning rank's result
+    term_to_kill: float = 1.0  # SIGTERM -> SIGKILL
+    drain: float = 0.5  # a rank exited -> its control pipe judged, even if a child holds it
+    output_after_exit: float = 1.0  # the last exit -> output pipes a child holds let go
+    stacks_in: float = 0.3  # at the timeout, every stack in -> SIGKILL
+    stacks_wait: float = 2.0  # at the timeout, stacks missing -> SIGKILL anyway
+    stacks_wait_interrupted: float = 1.0  # Stop pressed: a learner waits for the stacks
+    wedged: float = 5.0  # SIGKILL sent and a rank never reported: the zygote is wedged
+    wedged_interrupted: float = 1.5
+
+
+STOP = StopPolicy()

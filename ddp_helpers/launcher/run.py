@@ -11,6 +11,7 @@ import time
 from . import wire
 from .failures import RankRecord, RunEnd
 from .output import STREAMS, OutputRouter
+from .plan import STOP, StopPolicy
 from .protocol import (
     Exited,
     LaunchRequest,
@@ -35,12 +36,12 @@ class _Rank:
         self.ctl_open = True
         self.stack = bytearray()
 
-    def settled(self, now: float) -> bool:
+    def settled(self, now: float, drain: float) -> bool:
         # Judge a rank once it exited and its control pipe is drained (a child of the rank,
         # such as a DataLoader worker, may hold the pipe open: give it half a second).
         if self.status is None:
             return False
-        return not self.ctl_open or now - self.record.exited_at > 0.5
+        return not self.ctl_open or now - self.record.exited_at > drain
 
     @property
     def failed(self) -> bool:
@@ -50,14 +51,21 @@ class _Rank:
 class Run:
     """One launch, from fork to the last byte of output.
 
-    Escalation: on a rank's failure the others get SIGTERM after GRACE, SIGKILL a second
-    later; at the timeout every rank is asked for its stack (SIGUSR1, which faulthandler
-    answers even inside C++), then killed; an interrupt (Ctrl-C) kills at once.
+    Escalation (its timings: plan.StopPolicy): on a rank's failure the others get SIGTERM
+    after a grace, SIGKILL a moment later; at the timeout every rank is asked for its stack
+    (SIGUSR1, which faulthandler answers even inside C++), then killed; an interrupt
+    (Ctrl-C) kills at once.
     """
 
-    GRACE = 0.2  # seconds between the first failure and stopping the other ranks
-
-    def __init__(self, zygote, req: LaunchRequest, timeout: float | None, router: OutputRouter):
+    def __init__(
+        self,
+        zygote,
+        req: LaunchRequest,
+        timeout: float | None,
+        router: OutputRouter,
+        policy: StopPolicy = STOP,
+    ):
+        self.policy = policy
         self.zygote = zygote
         self.req = req
         self.id = req.id
@@ -167,14 +175,16 @@ class Run:
             self.kill()
             return
         # Past this, a rank that was SIGKILLed and never reported means the zygote is wedged.
-        give_up = 1.5 if self.interrupted else 5.0
+        policy = self.policy
+        give_up = policy.wedged_interrupted if self.interrupted else policy.wedged
         if self.killed and now - self.stop_sent_at > give_up:
             self._finish()
             return
-        if all(s.settled(now) for s in self.ranks) or self.launcher_died:
+        if all(s.settled(now, policy.drain) for s in self.ranks) or self.launcher_died:
             last_exit = max((s.record.exited_at or now) for s in self.ranks)
             # Output pipes end when the rank (and any child of it) is gone.
-            if not self._open_output() or now - last_exit > 1.0 or self.launcher_died:
+            late = now - last_exit > policy.output_after_exit
+            if not self._open_output() or late or self.launcher_died:
                 self._finish()
                 return
         for key, _ in self.sel.select(timeout=0.05):
@@ -255,13 +265,18 @@ class Run:
             return
         now = time.monotonic()
         if any(
-            state.failed or (state.settled(now) and not state.record.has_result and not self.killed)
+            state.failed
+            or (
+                state.settled(now, self.policy.drain)
+                and not state.record.has_result
+                and not self.killed
+            )
             for state in self.ranks
         ):
             # Stop the others after a moment's grace: a rank that is just returning
             # (its peer's failure is often the sign of a collective it skipped)
             # still gets its result out, and the error can say so.
-            self.stop_at = now + self.GRACE
+            self.stop_at = now + self.policy.grace
 
     def _check_deadlines(self, now: float) -> None:
         if self.stop_at is not None and self.phase == "running" and now >= self.stop_at:
@@ -276,10 +291,15 @@ class Run:
             live = [s for s in self.ranks if s.status is None]
             have_all = all(s.stack for s in live)
             # Stop pressed: a learner waits, so 1 s at most for the stacks.
-            wait = 0.3 if have_all else (1.0 if self.interrupted else 2.0)
+            policy = self.policy
+            if have_all:
+                wait = policy.stacks_in
+            else:
+                wait = policy.stacks_wait_interrupted if self.interrupted else policy.stacks_wait
             if now - self.dump_sent_at > wait:
                 self._stop(signal.SIGKILL)
-        if self.phase == "stopping" and not self.killed and now - self.stop_sent_at > 1.0:
+        stopping = self.phase == "stopping" and not self.killed
+        if stopping and now - self.stop_sent_at > self.policy.term_to_kill:
             self._signal(signal.SIGKILL)
             self.killed = True
 
