@@ -160,6 +160,120 @@ def plot_epoch_orders(without, with_set_epoch):
     plt.show()
 
 
+_COMM = "#c2410c"  # what crosses between ranks, in DDP's life cycle
+
+
+class _LifeCycle:
+    """The parts of draw_ddp_life_cycle's picture: two rank lanes across four panels."""
+
+    lanes = {0: 3.2, 1: 1.5}  # bottom of each rank's row
+    h = 0.75
+    middle = (lanes[1] + h + lanes[0]) / 2
+
+    def __init__(self, ax):
+        self.ax = ax
+
+    def box(self, x, y, w, text, fc, ec="#3d6000", height=h, size=8.5):
+        from matplotlib.patches import FancyBboxPatch
+
+        patch = FancyBboxPatch((x, y), w, height, boxstyle="round,pad=0.02", fc=fc, ec=ec)
+        self.ax.add_patch(patch)
+        self.ax.text(x + w / 2, y + height / 2, text, ha="center", va="center", fontsize=size)
+
+    def down(self, x, style="-|>", ls="-"):
+        from matplotlib.patches import FancyArrowPatch
+
+        start, end = (x, self.lanes[0]), (x, self.lanes[1] + self.h)
+        arrow = FancyArrowPatch(
+            start, end, arrowstyle=style, mutation_scale=12, lw=1.6, ls=ls, color=_COMM
+        )
+        self.ax.add_patch(arrow)
+
+    def on_both_ranks(self, x, w, text):
+        for rank, y in self.lanes.items():
+            self.box(x, y, w, text, "#76b900" if rank == 0 else "#cfe8a5")
+
+    def panels(self):
+        from matplotlib.patches import FancyBboxPatch
+
+        stages = [
+            (0.0, 2.3, MESSAGES["wrap"], MESSAGES["wrap_caption"]),
+            (2.5, 2.3, MESSAGES["forward"], MESSAGES["forward_caption"]),
+            (5.0, 4.5, MESSAGES["backward"], MESSAGES["backward_caption"]),
+            (9.7, 2.3, MESSAGES["step"], MESSAGES["step_caption"]),
+        ]
+        for x, w, title, caption in stages:
+            frame = FancyBboxPatch(
+                (x, 0.05), w, 4.5, boxstyle="round,pad=0.02", fc="#eef3fb", ec="#4a6fa5"
+            )
+            self.ax.add_patch(frame)
+            # IPAexGothic (Japanese) has no bold face: matplotlib would warn and use regular.
+            weight = "normal" if i18n.current() == "ja" else "bold"
+            self.ax.text(x + w / 2, 4.3, title, ha="center", fontsize=10, weight=weight)
+            wrapped = wrap(caption, width=int(w * 12.5))
+            self.ax.text(x + 0.1, 1.3, wrapped, va="top", fontsize=7.8)
+        for rank, y in self.lanes.items():
+            label = MESSAGES["rank"].format(rank=rank)
+            self.ax.text(-0.12, y + self.h / 2, label, ha="right", va="center", fontsize=10)
+
+    def wrap_and_forward(self):
+        # 1 wrap: rank 0's parameters and buffers go to every rank.
+        self.on_both_ranks(0.2, 1.9, MESSAGES["model"])
+        self.down(1.15)
+        self.ax.text(1.25, self.middle, MESSAGES["broadcast"], va="center", fontsize=8, color=_COMM)
+        # 2 forward: the buffers again, but only after a forward with gradients.
+        self.on_both_ranks(3.2, 1.45, MESSAGES["forward_box"])
+        self.down(2.75, ls="--")
+        text = MESSAGES["buffers_unless"]
+        self.ax.text(2.85, self.middle, text, va="center", fontsize=7.5, color=_COMM)
+
+    def backward(self):
+        # 3 backward: the last layer's gradient comes first; two buckets; each all_reduce
+        # starts when its bucket is full and overlaps the gradients still being computed.
+        ax, lanes, middle = self.ax, self.lanes, self.middle
+        w, gap, x0 = 0.95, 0.08, 5.2
+        fills = [("#fde2c4", _COMM), ("#dbe7f6", "#4a6fa5"), ("#dbe7f6", "#4a6fa5")]
+        for y in lanes.values():
+            for i, (fc, ec) in enumerate(fills):
+                label = MESSAGES["gradient_of"].format(layer=3 - i)
+                self.box(x0 + i * (w + gap), y, w, label, fc, ec=ec, size=8)
+        end3 = x0 + 3 * w + 2 * gap
+        for left, right, label, color in (
+            (x0, x0 + w, MESSAGES["bucket"].format(n=0), _COMM),
+            (x0 + w + gap, end3, MESSAGES["bucket"].format(n=1), "#4a6fa5"),
+        ):
+            top = lanes[0] + self.h + 0.08
+            ax.plot(
+                [left, left, right, right], [top, top + 0.06, top + 0.06, top], color=color, lw=1
+            )
+            ax.text((left + right) / 2, top + 0.1, label, ha="center", fontsize=8, color=color)
+        for start, end, label, y in (
+            (x0 + w, x0 + 2.6 * w, MESSAGES["all_reduce_0"], middle + 0.2),
+            (end3, 9.35, MESSAGES["all_reduce_1"], middle - 0.2),
+        ):
+            self.box(
+                start + 0.08, y - 0.2, end - start - 0.1, label, "#fff7ed", ec=_COMM,
+                height=0.4, size=7.5,
+            )  # fmt: skip
+            self.down(start + 0.04, style="<|-|>")
+        ax.annotate(
+            "",
+            xy=(9.35, lanes[1] - 0.12),
+            xytext=(x0, lanes[1] - 0.12),
+            arrowprops=dict(arrowstyle="->", color="#555555"),
+        )
+        time_label = MESSAGES["time"]
+        ax.text(
+            9.3, lanes[1] - 0.2, time_label, ha="right", va="top", fontsize=7.5, color="#555555"
+        )
+
+    def step(self):
+        # 4 step: local, nothing crosses.
+        self.on_both_ranks(9.95, 1.8, MESSAGES["step_box"])
+        text = MESSAGES["no_communication"]
+        self.ax.text(10.85, self.middle, text, ha="center", va="center", fontsize=8)
+
+
 def draw_ddp_life_cycle():
     """DDP's four moments on 2 ranks: wrap, forward, backward, step, and what each sends.
 
@@ -167,117 +281,14 @@ def draw_ddp_life_cycle():
     buckets; each bucket's all_reduce starts once all its gradients are in.
     """
     import matplotlib.pyplot as plt
-    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
     use_fonts()
     fig, ax = plt.subplots(figsize=(12, 4.6))
-    lanes = {0: 3.2, 1: 1.5}  # bottom of each rank's row
-    h = 0.75
-    middle = (lanes[1] + h + lanes[0]) / 2
-    comm = "#c2410c"  # what crosses between ranks
-
-    def box(x, y, w, text, fc, ec="#3d6000", height=h, size=8.5):
-        ax.add_patch(FancyBboxPatch((x, y), w, height, boxstyle="round,pad=0.02", fc=fc, ec=ec))
-        ax.text(x + w / 2, y + height / 2, text, ha="center", va="center", fontsize=size)
-
-    def down(x, style="-|>", ls="-"):
-        ax.add_patch(
-            FancyArrowPatch(
-                (x, lanes[0]),
-                (x, lanes[1] + h),
-                arrowstyle=style,
-                mutation_scale=12,
-                lw=1.6,
-                ls=ls,
-                color=comm,
-            )
-        )
-
-    def on_both_ranks(x, w, text):
-        for rank, y in lanes.items():
-            box(x, y, w, text, "#76b900" if rank == 0 else "#cfe8a5")
-
-    stages = [
-        (0.0, 2.3, MESSAGES["wrap"], MESSAGES["wrap_caption"]),
-        (2.5, 2.3, MESSAGES["forward"], MESSAGES["forward_caption"]),
-        (5.0, 4.5, MESSAGES["backward"], MESSAGES["backward_caption"]),
-        (9.7, 2.3, MESSAGES["step"], MESSAGES["step_caption"]),
-    ]
-    for x, w, title, caption in stages:
-        ax.add_patch(
-            FancyBboxPatch((x, 0.05), w, 4.5, boxstyle="round,pad=0.02", fc="#eef3fb", ec="#4a6fa5")
-        )
-        # IPAexGothic (Japanese) has no bold face: matplotlib would warn and use regular.
-        weight = "normal" if i18n.current() == "ja" else "bold"
-        ax.text(x + w / 2, 4.3, title, ha="center", fontsize=10, weight=weight)
-        wrapped = wrap(caption, width=int(w * 12.5))
-        ax.text(x + 0.1, 1.3, wrapped, va="top", fontsize=7.8)
-    for rank, y in lanes.items():
-        label = MESSAGES["rank"].format(rank=rank)
-        ax.text(-0.12, y + h / 2, label, ha="right", va="center", fontsize=10)
-
-    # 1 wrap: rank 0's parameters and buffers go to every rank.
-    on_both_ranks(0.2, 1.9, MESSAGES["model"])
-    down(1.15)
-    ax.text(1.25, middle, MESSAGES["broadcast"], va="center", fontsize=8, color=comm)
-
-    # 2 forward: the buffers again, but only after a forward with gradients.
-    on_both_ranks(3.2, 1.45, MESSAGES["forward_box"])
-    down(2.75, ls="--")
-    ax.text(
-        2.85,
-        middle,
-        MESSAGES["buffers_unless"],
-        va="center",
-        fontsize=7.5,
-        color=comm,
-    )
-
-    # 3 backward: the last layer's gradient comes first; two buckets; each all_reduce
-    # starts when its bucket is full and overlaps the gradients still being computed.
-    w, gap, x0 = 0.95, 0.08, 5.2
-    fills = [("#fde2c4", comm), ("#dbe7f6", "#4a6fa5"), ("#dbe7f6", "#4a6fa5")]
-    for y in lanes.values():
-        for i, (fc, ec) in enumerate(fills):
-            label = MESSAGES["gradient_of"].format(layer=3 - i)
-            box(x0 + i * (w + gap), y, w, label, fc, ec=ec, size=8)
-    end3 = x0 + 3 * w + 2 * gap
-    for left, right, label, color in (
-        (x0, x0 + w, MESSAGES["bucket"].format(n=0), comm),
-        (x0 + w + gap, end3, MESSAGES["bucket"].format(n=1), "#4a6fa5"),
-    ):
-        top = lanes[0] + h + 0.08
-        ax.plot([left, left, right, right], [top, top + 0.06, top + 0.06, top], color=color, lw=1)
-        ax.text((left + right) / 2, top + 0.1, label, ha="center", fontsize=8, color=color)
-    for start, end, label, y in (
-        (x0 + w, x0 + 2.6 * w, MESSAGES["all_reduce_0"], middle + 0.2),
-        (end3, 9.35, MESSAGES["all_reduce_1"], middle - 0.2),
-    ):
-        box(
-            start + 0.08,
-            y - 0.2,
-            end - start - 0.1,
-            label,
-            "#fff7ed",
-            ec=comm,
-            height=0.4,
-            size=7.5,
-        )
-        down(start + 0.04, style="<|-|>")
-    ax.annotate(
-        "",
-        xy=(9.35, lanes[1] - 0.12),
-        xytext=(x0, lanes[1] - 0.12),
-        arrowprops=dict(arrowstyle="->", color="#555555"),
-    )
-    ax.text(
-        9.3, lanes[1] - 0.2, MESSAGES["time"], ha="right", va="top", fontsize=7.5, color="#555555"
-    )
-
-    # 4 step: local, nothing crosses.
-    on_both_ranks(9.95, 1.8, MESSAGES["step_box"])
-    ax.text(10.85, middle, MESSAGES["no_communication"], ha="center", va="center", fontsize=8)
-
+    picture = _LifeCycle(ax)
+    picture.panels()
+    picture.wrap_and_forward()
+    picture.backward()
+    picture.step()
     ax.set_xlim(-0.9, 12.1)
     ax.set_ylim(0, 4.65)
     ax.axis("off")

@@ -172,3 +172,17 @@ def test_every_file_and_link_named_is_there():
             if not re.search(r"\*|NN", name) and not (ROOT / name).exists():
                 missing.append(f"{path.name}: {name}")
     assert not missing, "\n".join(missing)
+
+
+def test_no_function_of_the_package_is_longer_than_60_lines():
+    # The house rule (docs/development.md): a longer function is split into named parts.
+    import ast
+
+    long = []
+    for path in sorted((ROOT / "ddp_helpers").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > 60:
+                    long.append(f"{path.relative_to(ROOT)}: {node.name} ({lines} lines)")
+    assert long == []

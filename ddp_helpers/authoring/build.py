@@ -184,6 +184,19 @@ def _solutions(folder: Path) -> list[Path]:
     return found
 
 
+def _extra_notebooks(names: set[str], solutions: Path, lessons: Path, editions) -> list[str]:
+    """A lesson (or an edition's notebook) with no solution to be built from."""
+    problems = []
+    folders = [lessons] + [f / lang for lang in editions for f in (lessons, solutions)]
+    for folder in folders:
+        for extra in sorted(p.name for p in folder.glob("[0-9][0-9]_*.ipynb")):
+            if extra not in names:
+                base, path = solutions.parent, folder / extra
+                shown = path.relative_to(base) if path.is_relative_to(base) else path
+                problems.append(MESSAGES["extra"].format(path=Path(shown).as_posix(), name=extra))
+    return problems
+
+
 def build_lessons(
     solutions: Path = ROOT / "solutions",
     lessons: Path = ROOT / "lessons",
@@ -233,14 +246,7 @@ def build_lessons(
             )
     for name in sorted((listed or set()) - names):
         problems.append(MESSAGES["unwritten"].format(name=name))
-    editions_folders = [f / lang for lang in editions for f in (lessons, Path(solutions))]
-    for folder in [lessons, *editions_folders]:
-        for extra in sorted(p.name for p in folder.glob("[0-9][0-9]_*.ipynb")):
-            if extra not in names:
-                base = Path(solutions).parent
-                path = folder / extra
-                shown = path.relative_to(base) if path.is_relative_to(base) else path
-                problems.append(MESSAGES["extra"].format(path=Path(shown).as_posix(), name=extra))
+    problems += _extra_notebooks(names, Path(solutions), Path(lessons), editions)
     if readme is not None:
         problems += _build_readme(readme, repository, sorted(names), check)
     if check and not problems:
