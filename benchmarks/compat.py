@@ -343,10 +343,10 @@ TEARDOWN_RUNS = 20  # of each setting: the hang came in about 4 runs of 10 witho
 
 
 def teardown_counts(output: str) -> dict[str, tuple[int, int]]:
-    """benchmarks/gloo_teardown.py's summary: setting -> (hung, runs)."""
+    """benchmarks/gloo_teardown.py's summary: setting -> (bad runs, runs)."""
     counts = {}
     for line in output.splitlines():
-        m = re.fullmatch(r"(.+?)\s+(\d+) hung of (\d+)", line.strip())
+        m = re.fullmatch(r"(.+?)\s+(\d+) bad of (\d+)", line.strip())
         if m:
             counts[m.group(1)] = (int(m.group(2)), int(m.group(3)))
     return counts
@@ -357,7 +357,8 @@ def run_teardown_reproducer(e: Environment, py: Path, work: Path, env: dict) -> 
     the fix is still needed (it hangs without) and whether it holds (never with)."""
     folder = work / f"{e.name}-teardown" / "benchmarks"
     folder.mkdir(parents=True)
-    shutil.copy(ROOT / "benchmarks" / "gloo_teardown.py", folder)
+    for name in ("gloo_teardown.py", "soak.py"):
+        shutil.copy(ROOT / "benchmarks" / name, folder)
     cmd = [str(py), str(folder / "gloo_teardown.py"), "--runs", str(TEARDOWN_RUNS)]
     cmd += ["--block", str(TEARDOWN_RUNS)]
     proc = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=1800)
@@ -367,9 +368,9 @@ def run_teardown_reproducer(e: Environment, py: Path, work: Path, env: dict) -> 
         e.problems.append(f"teardown reproducer: {proc.stdout[-2000:]}{proc.stderr[-1000:]}")
         return
     need = "still needed" if without[0] else "not seen: perhaps fixed in this torch"
-    e.figures["teardown"] = f"{without[0]}/{without[1]} hung without the fix ({need})"
+    e.figures["teardown"] = f"{without[0]}/{without[1]} bad without the fix ({need})"
     if kept[0]:
-        e.problems.append(f"teardown: {kept[0]} of {kept[1]} runs hung with the groups kept")
+        e.problems.append(f"teardown: {kept[0]} of {kept[1]} runs bad with the groups kept")
 
 
 def check_environment(e: Environment, wheel: Path, work: Path, env: dict, cache: Path) -> None:

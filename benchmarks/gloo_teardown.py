@@ -15,27 +15,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import math
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
+
+from soak import alternate, busy_loops, report  # noqa: E402
 
 SETTINGS = {"without the fix": "keep_groups", "groups kept until exit": ""}
-BUSY = "while True: pass"
-
-
-def fisher_one_sided(hangs_a: int, runs_a: int, hangs_b: int, runs_b: int) -> float:
-    """P(b has at most hangs_b hangs | the margins), if both settings were alike."""
-    hangs, total = hangs_a + hangs_b, runs_a + runs_b
-    return sum(
-        math.comb(runs_b, k) * math.comb(runs_a, hangs - k)
-        for k in range(max(0, hangs - runs_a), min(hangs_b, hangs) + 1)
-    ) / math.comb(total, hangs)
 
 
 def train_destroy_free():
@@ -80,32 +69,18 @@ def main() -> int:
     parser.add_argument("--limit", type=float, default=10.0, help="seconds before 'hung'")
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    busy = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(args.busy)]
-    results: dict[str, list[str]] = {name: [] for name in SETTINGS}
-    started = time.monotonic()
     try:
-        while any(len(r) < args.runs for r in results.values()):
-            for name, disabled in SETTINGS.items():
-                n = min(args.block, args.runs - len(results[name]))
-                results[name] += _block(disabled, n, args.limit)
-            line = ", ".join(f"{n}: {r.count('hung')} hung of {len(r)}" for n, r in results.items())
-            print(f"[{time.monotonic() - started:5.0f} s] {line}", flush=True)
+        with busy_loops(args.busy):
+            results = alternate(
+                SETTINGS, args.runs, args.block, lambda off, n: _block(off, n, args.limit)
+            )
     finally:
-        for proc in busy:
-            proc.kill()
         os.environ.pop("DDP_HELPERS_DISABLE", None)
         with contextlib.suppress(Exception):
             from ddp_helpers.launcher import client
 
             client.shutdown()
-    print()
-    for name, outcomes in results.items():
-        print(f"{name:24} {outcomes.count('hung'):4d} hung of {len(outcomes)}")
-        for why in sorted(set(outcomes) - {"clean", "hung"}):
-            print(f"{'':24} {outcomes.count(why):4d} x {why}")
-    (without, kept) = results.values()
-    p = fisher_one_sided(without.count("hung"), len(without), kept.count("hung"), len(kept))
-    print(f"Fisher's exact test, one-sided: p = {p:.2g} that keeping the groups is no better")
+    report(results, "keeping the groups is no better")
     return 0
 
 

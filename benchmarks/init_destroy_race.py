@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
-from gloo_teardown import BUSY, fisher_one_sided  # noqa: E402
+from soak import alternate, busy_loops, report  # noqa: E402
 
 SETTINGS = {"torch's default (no barrier)": "0", "barrier after init": "1"}
 
@@ -59,31 +57,14 @@ def main() -> int:
     parser.add_argument("--limit", type=float, default=20.0, help="seconds before 'hung'")
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    busy = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(args.busy)]
-    results: dict[str, list[str]] = {name: [] for name in SETTINGS}
-    started = time.monotonic()
     try:
-        while any(len(r) < args.runs for r in results.values()):
-            for name, barrier in SETTINGS.items():
-                n = min(args.block, args.runs - len(results[name]))
-                results[name] += _block(barrier, n, args.limit)
-            line = ", ".join(
-                f"{n}: {len(r) - r.count('clean')} bad of {len(r)}" for n, r in results.items()
+        with busy_loops(args.busy):
+            results = alternate(
+                SETTINGS, args.runs, args.block, lambda barrier, n: _block(barrier, n, args.limit)
             )
-            print(f"[{time.monotonic() - started:5.0f} s] {line}", flush=True)
     finally:
-        for proc in busy:
-            proc.kill()
         os.environ.pop("TORCH_DIST_INIT_BARRIER", None)
-    print()
-    for name, outcomes in results.items():
-        bad = len(outcomes) - outcomes.count("clean")
-        detail = ", ".join(f"{outcomes.count(w)} {w}" for w in ("failed", "hung") if w in outcomes)
-        print(f"{name:30} {bad:4d} bad of {len(outcomes)}" + (f" ({detail})" if detail else ""))
-    (without, with_) = results.values()
-    bad = [len(r) - r.count("clean") for r in (without, with_)]
-    p = fisher_one_sided(bad[0], len(without), bad[1], len(with_))
-    print(f"Fisher's exact test, one-sided: p = {p:.2g} that the barrier is no better")
+    report(results, "the barrier is no better")
     return 0
 
 

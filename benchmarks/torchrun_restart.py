@@ -14,37 +14,24 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import math
 import os
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
+
+from soak import alternate, report  # noqa: E402
 
 SETTINGS = {
     "shared store (torch's default)": {},
     "a store per start": {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"},
 }
-
-
-def fisher_one_sided(clean_a: int, runs_a: int, clean_b: int, runs_b: int) -> float:
-    """P(b has at least clean_b clean runs | the margins), if both settings were alike."""
-    clean, total = clean_a + clean_b, runs_a + runs_b
-    denominator = math.comb(total, clean)
-    return (
-        sum(
-            math.comb(runs_b, k) * math.comb(runs_a, clean - k)
-            for k in range(clean_b, min(runs_b, clean) + 1)
-        )
-        / denominator
-    )
 
 
 def one_run(script: Path, env: dict[str, str], limit: float) -> str:
@@ -96,24 +83,16 @@ def main() -> int:
     args = parser.parse_args()
     from ddp_helpers.authoring.export import export
 
-    results: dict[str, list[str]] = {name: [] for name in SETTINGS}
-    started = time.monotonic()
     with tempfile.TemporaryDirectory() as folder:
         script = Path(folder) / "train.py"
         export(str(ROOT / "solutions" / "04_sampler_and_checkpoint.ipynb"), str(script))
-        for run in range(1, args.runs + 1):
-            for name, env in SETTINGS.items():
-                results[name].append(one_run(script, env, args.limit))
-            line = ", ".join(f"{n}: {r.count('clean')}/{run}" for n, r in results.items())
-            print(f"[{time.monotonic() - started:4.0f} s] clean so far: {line}", flush=True)
-    print()
-    for name, outcomes in results.items():
-        print(f"{name:32} {outcomes.count('clean'):3d} clean of {len(outcomes)}")
-        for why in sorted(set(outcomes) - {"clean"}):
-            print(f"{'':32} {outcomes.count(why):3d} x {why}")
-    (shared, own) = results.values()
-    p = fisher_one_sided(shared.count("clean"), len(shared), own.count("clean"), len(own))
-    print(f"Fisher's exact test, one-sided: p = {p:.2g} that a store per start is no better")
+        results = alternate(  # run by run, so that load falls on both alike
+            SETTINGS,
+            args.runs,
+            1,
+            lambda env, n: [one_run(script, env, args.limit) for _ in range(n)],
+        )
+    report(results, "a store per start is no better")
     return 0
 
 
