@@ -260,7 +260,7 @@ def _grade(args, parser) -> int:
     )
     try:
         run_batch(args.paths, options)
-    except (SandboxError, ValueError, GradingError) as exc:
+    except (SandboxError, GradingError) as exc:
         return _error(exc)
     except OSError as exc:  # the CSV, the feedback folder, or the temporary folder
         return _error(_unwritable(exc, args.out))

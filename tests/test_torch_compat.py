@@ -100,6 +100,8 @@ def test_keeping_the_groups_is_off_when_its_touchpoint_is(monkeypatch):
     monkeypatch.setenv("DDP_HELPERS_DISABLE", "keep_groups")
     results = torch_compat.check()
     assert results["keep_groups"] == torch_compat.MESSAGES["disabled"]
+    # The others off too, so that nothing is applied to this very process.
+    results = {name: why or torch_compat.MESSAGES["disabled"] for name, why in results.items()}
     monkeypatch.setattr(torch_compat, "keep_groups_until_exit", lambda: 1 / 0)
     torch_compat.prepare_rank(results, None, 0, 1)  # not applied: no ZeroDivisionError
 

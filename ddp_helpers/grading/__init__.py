@@ -13,7 +13,7 @@ from ..lazy import lazy_getattr
 # one of grading's modules (its data types: results.py) loads only what that one needs.
 _LAZY = {
     "run_batch": "api",
-    "DEFAULT_TIMEOUT": "batch",
+    "DEFAULT_TIMEOUT": "defaults",
     "Batch": "batch",
     "GradeOptions": "batch",
     "grade": "batch",

@@ -34,23 +34,27 @@ def _termination_interrupts():
 
 
 def run_batch(paths, options: GradeOptions, *, notes=None) -> list[Row]:
-    """Grade `paths` as `options` say; return the rows. Raises SandboxError or ValueError
-    for a confinement that cannot be had (before anything is graded), GradingError for
-    paths with nothing to grade, OSError for outputs that cannot be written, and
-    KeyboardInterrupt when stopped (Ctrl-C, SIGTERM, SIGHUP), each with no process left."""
+    """Grade `paths` as `options` say; return the rows. Raises SandboxError for a
+    confinement that cannot be had or is asked for wrongly (before anything is graded),
+    GradingError for paths with nothing to grade, OSError for outputs that cannot be
+    written, and KeyboardInterrupt when stopped (Ctrl-C, SIGTERM, SIGHUP), each with no
+    process left."""
     from ..procs import become_subreaper, kill_descendants
-    from .sandbox import choose, fallback_note
+    from .sandbox import SandboxError, choose, fallback_note
 
     confinement = options.confinement
     if confinement is None:
-        confinement = choose(
-            options.sandbox,
-            options.memory,
-            options.tasks,
-            options.threads,
-            options.pass_env,
-            options.limits,
-        )
+        try:
+            confinement = choose(
+                options.sandbox,
+                options.memory,
+                options.tasks,
+                options.threads,
+                options.pass_env,
+                options.limits,
+            )
+        except ValueError as exc:  # a limit given wrong: what the sandbox cannot be asked
+            raise SandboxError(str(exc)) from None
         if options.sandbox is None and not confinement.sandbox:
             print(f"note: {fallback_note()}", file=notes or sys.stderr)  # the first line
         options = dataclasses.replace(options, confinement=confinement)

@@ -19,7 +19,7 @@ from pathlib import Path
 from .. import i18n
 from ..i18n import messages
 from . import dispatch
-from .defaults import DEFAULT_TIMEOUT  # noqa: F401 - where it was
+from .defaults import DEFAULT_TIMEOUT
 from .outputs import ClassReport, FeedbackFiles, GradescopeResults, GradesCsv, Output
 from .reports import MESSAGES as REPORT_MESSAGES
 from .reports import Progress, feedback_names, in_order, summary
