@@ -24,6 +24,7 @@ import functools
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -469,8 +470,13 @@ def cgroup_name() -> str:
 def remove_leftover_cgroups(conf: Confinement, name: str) -> None:
     """Remove the cgroups called `name`, if a worker killed from outside left them."""
     if conf.mechanism in ("cgroup2", "cgroup1"):
-        dirs = _cgroup_dirs(conf.mechanism, name)
-        remove_cgroups({k: p for k, p in dirs.items() if p.exists()})
+        dirs = {k: p for k, p in _cgroup_dirs(conf.mechanism, name).items() if p.exists()}
+        for path in set(dirs.values()):  # what is still in them: started after it was seen
+            with contextlib.suppress(OSError):
+                for pid in (path / "cgroup.procs").read_text().split():
+                    with contextlib.suppress(OSError):
+                        os.kill(int(pid), signal.SIGKILL)
+        remove_cgroups(dirs)
 
 
 def remove_cgroups(dirs: dict[str, Path]) -> None:
