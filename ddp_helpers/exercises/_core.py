@@ -6,6 +6,7 @@ import contextlib
 import inspect
 import textwrap
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .. import i18n
@@ -107,6 +108,17 @@ def and_list(items) -> Phrase:
     """'0, 1 and 2' for [0, 1, 2] (at least two items)."""
     *first, last = items
     return Phrase("and", first=Listed(first), last=last)
+
+
+def sayer(table) -> Callable[..., str]:
+    """`say(key, **fields)` for a lesson's code cells: a sentence the cell prints, in the
+    notebook's language. The code of a cell is the same in every edition; its words come from
+    the lesson module's table."""
+
+    def say(key: str, /, **fields) -> str:
+        return Texts(table).text(key, **fields)
+
+    return say
 
 
 class Texts:

@@ -6,7 +6,7 @@ import math
 import os
 
 from ..i18n import messages
-from ._core import Exercise, Mistake, Phrase, Wrong, run_on_ranks
+from ._core import Exercise, Mistake, Phrase, Wrong, run_on_ranks, sayer
 from ._core import progress as _progress
 
 MESSAGES = messages(
@@ -117,8 +117,18 @@ MESSAGES = messages(
         ),
         "gather_other.title": "another collection",
         "gather_ok": "Every rank ends with [0, 1, 2].",
+        "finding.gil": (
+            "Finding: together the two threads used about one core's worth of CPU time, "
+            "where threads running at once would use two: the GIL let one thread at a time "
+            "run Python."
+        ),
+        "finding.no_gil": (
+            "Finding: the two threads used more than one core at once, which the GIL does "
+            "not allow (is this a free-threaded Python build?)."
+        ),
     },
 )
+say = sayer(MESSAGES)
 
 
 def gpu_for_this_rank():
