@@ -218,12 +218,17 @@ def test_the_error_keeps_every_failure_pickles_and_renders_for_ipython():
     assert pickle.loads(pickle.dumps(err)).original is None
 
 
-def test_a_collective_mismatch_is_an_abort_inside_c10d():
+def test_a_collective_mismatch_is_an_abort_inside_c10d_or_a_peer_gone_after_a_return():
     stack = '  File ".../torch/distributed/distributed_c10d.py", line 5, in all_reduce'
     aborted = DistributedError("x", kind="signal", failures={0: exited(0, -6, stack=stack)}, rank=0)
-    assert aborted.collective_mismatch
+    assert aborted.mismatch == "abort"
     other = DistributedError("x", kind="signal", failures={0: exited(0, -6)}, rank=0)
-    assert not other.collective_mismatch
+    assert other.mismatch is None
+    victim = raised(1, message=PEER)
+    left = DistributedError("x", kind="exception", failures={1: victim}, rank=1, returned_ranks=[0])
+    assert left.mismatch == "returned"
+    alone = DistributedError("x", kind="exception", failures={1: victim}, rank=1)
+    assert alone.mismatch is None
 
 
 # ---------------------------------------------------------------- output routing

@@ -15,16 +15,17 @@ import pytest
 from ddp_helpers import i18n
 from ddp_helpers.authoring import translations
 from ddp_helpers.authoring.build import LANGUAGE_TAG, build_lessons
+from ddp_helpers.exercises import NOTEBOOKS, lesson_of_notebook
 
 ROOT = Path(__file__).resolve().parent.parent
-ENGLISH = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
+ENGLISH = sorted((ROOT / "solutions").glob(NOTEBOOKS))
 
 
 def _ja(path: Path) -> Path:
     return path.parent / "ja" / path.name
 
 
-@pytest.mark.parametrize("path", ENGLISH, ids=lambda p: p.name[:2])
+@pytest.mark.parametrize("path", ENGLISH, ids=lesson_of_notebook)
 def test_the_japanese_solution_has_the_english_code_and_translates_every_markdown_cell(path):
     english = nbformat.read(path, as_version=4)
     japanese = nbformat.read(_ja(path), as_version=4)
@@ -97,13 +98,13 @@ def test_code_outputs_of_the_japanese_run_are_kept_while_the_code_is_unchanged(t
     assert [c.outputs for c in again.cells if c.cell_type == "code"] == stored
 
 
-@pytest.mark.parametrize("path", ENGLISH, ids=lambda p: p.name[:2])
+@pytest.mark.parametrize("path", ENGLISH, ids=lesson_of_notebook)
 def test_the_japanese_estimate_at_the_top_counts_japanese_characters(path):
     from ddp_helpers.authoring.pace import TARGET_MINUTES, core_path, stated
     from ddp_helpers.exercises import exercises_of
 
     japanese = nbformat.read(_ja(path), as_version=4)
-    counted = core_path(japanese, exercises_of(path.name[:2]))
+    counted = core_path(japanese, exercises_of(lesson_of_notebook(path)))
     assert counted.japanese_characters > 500  # Japanese prose, counted as such
     assert stated(japanese) == (counted.rounded, counted.exercises), (
         f"i18n/ja/{path.stem}.json's first cell: write 約 {counted.rounded} 分"

@@ -14,16 +14,22 @@ import nbformat
 import pytest
 
 from conftest import ROOT
-from ddp_helpers.exercises import LESSONS, exercises_of, notebook_name
+from ddp_helpers.exercises import (
+    LESSONS,
+    NOTEBOOKS,
+    exercises_of,
+    lesson_of_notebook,
+    notebook_name,
+)
 from ddp_helpers.stubs import exercise_in
 
-LESSON_FILES = sorted((ROOT / "lessons").glob("[0-9][0-9]_*.ipynb"))
+LESSON_FILES = sorted((ROOT / "lessons").glob(NOTEBOOKS))
 
 
 def test_every_lesson_of_the_registry_has_its_notebooks_and_nothing_else_does():
     names = [p.name for p in LESSON_FILES]
     assert names == [notebook_name(lesson) for lesson in LESSONS]
-    assert names == sorted(p.name for p in (ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
+    assert names == sorted(p.name for p in (ROOT / "solutions").glob(NOTEBOOKS))
 
 
 def test_build_check_passes_on_the_committed_lessons():
@@ -37,9 +43,9 @@ def test_build_check_passes_on_the_committed_lessons():
     assert "in sync" in out.stdout
 
 
-@pytest.mark.parametrize("path", LESSON_FILES, ids=lambda p: p.name[:2])
+@pytest.mark.parametrize("path", LESSON_FILES, ids=lesson_of_notebook)
 def test_each_stub_names_the_exercise_whose_function_it_is_in(path):
-    exercises = exercises_of(path.name[:2])
+    exercises = exercises_of(lesson_of_notebook(path))
     nb = nbformat.read(path, as_version=4)
     stubs = []
     for cell in nb.cells:
@@ -61,7 +67,7 @@ def test_each_stub_names_the_exercise_whose_function_it_is_in(path):
         assert earlier.get(exercise) == function, f"stub of {exercise} in {function}()"
 
 
-@pytest.mark.parametrize("path", LESSON_FILES, ids=lambda p: p.name[:2])
+@pytest.mark.parametrize("path", LESSON_FILES, ids=lesson_of_notebook)
 def test_an_exercise_is_marked_further_exactly_when_its_stub_is_in_going_further(path):
     from ddp_helpers.authoring.pace import GOING_FURTHER
 
@@ -74,11 +80,11 @@ def test_an_exercise_is_marked_further_exactly_when_its_stub_is_in_going_further
             for line in cell.source.splitlines():
                 if exercise_in(line):
                     placed.setdefault(exercise_in(line), further)
-    exercises = exercises_of(path.name[:2])
+    exercises = exercises_of(lesson_of_notebook(path))
     assert {ex.id: ex.further for ex in exercises} == {ex.id: placed[ex.id] for ex in exercises}
 
 
-@pytest.mark.parametrize("path", LESSON_FILES, ids=lambda p: p.name[:2])
+@pytest.mark.parametrize("path", LESSON_FILES, ids=lesson_of_notebook)
 def test_the_estimate_at_the_top_is_what_the_core_path_counts_to(path):
     from ddp_helpers.authoring.pace import TARGET_MINUTES, lesson_core_path, stated
 
@@ -93,7 +99,7 @@ def test_the_estimate_at_the_top_is_what_the_core_path_counts_to(path):
     assert re.search(rf"`{path.stem}`.*\| {counted.rounded} min \|", readme), "README table"
 
 
-@pytest.mark.parametrize("path", LESSON_FILES, ids=lambda p: p.name[:2])
+@pytest.mark.parametrize("path", LESSON_FILES, ids=lesson_of_notebook)
 def test_each_lesson_opens_with_the_set_up_cell_and_badges_only_where_the_repository_is_set(
     path,
 ):

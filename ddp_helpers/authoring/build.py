@@ -6,6 +6,7 @@ import os
 import time
 from pathlib import Path
 
+from ..exercises import NOTEBOOKS, exercise_prefix, lesson_of_notebook
 from ..paths import ROOT
 from ..stubs import BEGIN, END, stub_line
 from . import links, translations
@@ -90,10 +91,6 @@ class BuildError(Exception):
     """A solution notebook that cannot be turned into a lesson; the message says where."""
 
 
-def lesson_number(path: Path) -> str:
-    return path.name.split("_", 1)[0].lstrip("0") or "0"
-
-
 def strip_solutions(
     source: str, lesson: str, first: int, where: tuple[str, int]
 ) -> tuple[str, int]:
@@ -124,7 +121,7 @@ def make_lesson(nb, name: str):
     import copy
 
     lesson = copy.deepcopy(nb)
-    number = lesson_number(Path(name))
+    number = exercise_prefix(lesson_of_notebook(name))
     cells, regions = [], 0
     for index, cell in enumerate(lesson.cells, 1):
         if DROP_TAG in cell.get("metadata", {}).get("tags", []):
@@ -155,7 +152,8 @@ def add_course_cells(lesson, name: str, repository, torch: str, folder: str = "l
     cells.append(v4.new_code_cell(setup))
     cells[-1].metadata["tags"] = [SETUP_TAG]
     for cell in cells:  # the same ids at every build (nbformat's own are random)
-        cell["id"] = f"{name[:2]}-{cell.metadata['tags'][0].removeprefix('course-')}"
+        tag = cell.metadata["tags"][0].removeprefix("course-")
+        cell["id"] = f"{lesson_of_notebook(name)}-{tag}"
     lesson.cells[1:1] = cells
 
 
@@ -178,7 +176,7 @@ def readme_badges(readme: str, repository, names: list[str]) -> str | None:
 
 
 def _solutions(folder: Path) -> list[Path]:
-    found = sorted(p for p in folder.glob("[0-9][0-9]_*.ipynb"))
+    found = sorted(p for p in folder.glob(NOTEBOOKS))
     if not found:
         raise BuildError(MESSAGES["no_solutions"].format(folder=folder))
     return found
@@ -189,7 +187,7 @@ def _extra_notebooks(names: set[str], solutions: Path, lessons: Path, editions) 
     problems = []
     folders = [lessons] + [f / lang for lang in editions for f in (lessons, solutions)]
     for folder in folders:
-        for extra in sorted(p.name for p in folder.glob("[0-9][0-9]_*.ipynb")):
+        for extra in sorted(p.name for p in folder.glob(NOTEBOOKS)):
             if extra not in names:
                 base, path = solutions.parent, folder / extra
                 shown = path.relative_to(base) if path.is_relative_to(base) else path
@@ -237,7 +235,8 @@ def build_lessons(
     for path in _solutions(solutions):
         names.add(path.name)
         if listed is not None and path.name not in listed:
-            problems.append(MESSAGES["unlisted"].format(name=path.name, number=path.name[:2]))
+            number = lesson_of_notebook(path)
+            problems.append(MESSAGES["unlisted"].format(name=path.name, number=number))
         nb = nbformat.read(path, as_version=4)
         problems += _write_lesson(nb, path.name, lessons, "lessons", repository, torch, check)
         for lang in editions:
@@ -309,7 +308,7 @@ def add_language_cell(nb, name: str, lang: str) -> None:
 
     cell = _nbformat().v4.new_code_cell(LANGUAGE_CELL[lang])
     cell.metadata["tags"] = [LANGUAGE_TAG]
-    cell["id"] = f"{name[:2]}-language"
+    cell["id"] = f"{lesson_of_notebook(name)}-language"
     previous = next((c for c in nb.cells if c.get("id") == cell["id"]), None)
     if previous is not None:  # keep what it printed last time (nothing)
         nb.cells.remove(previous)
@@ -355,9 +354,9 @@ def execute_solutions(
     paths = _solutions(solutions) if not languages or "en" in languages else []
     for lang in translations.EDITIONS:
         if (solutions / lang).is_dir() and (not languages or lang in languages):
-            paths += sorted((solutions / lang).glob("[0-9][0-9]_*.ipynb"))
+            paths += sorted((solutions / lang).glob(NOTEBOOKS))
     for path in paths:
-        if only and path.name[:2] not in only:
+        if only and lesson_of_notebook(path) not in only:
             continue
         nb = nbformat.read(path, as_version=4)
         started = time.monotonic()

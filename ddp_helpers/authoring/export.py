@@ -136,16 +136,18 @@ def _listed(ids: list[str]) -> str:
 
 def _not_done(notebook: Path, stubs: list[str]) -> str:
     """Which exercises the script still needs; an earlier lesson's answers are pasted in."""
-    lesson = Path(notebook).name.split("_", 1)[0].lstrip("0")
-    own = [s for s in stubs if s.split(".")[0] == lesson]
+    from ..exercises import lesson_of_exercise, lesson_of_notebook
+
+    lesson = lesson_of_notebook(notebook)
+    own = [s for s in stubs if lesson_of_exercise(s) == lesson]
     earlier: dict[str, list[str]] = {}
     for stub in stubs:
         if stub not in own:
-            earlier.setdefault(stub.split(".")[0], []).append(stub)
+            earlier.setdefault(lesson_of_exercise(stub), []).append(stub)
     parts = [_listed(own)] if own else []
     parts += [
-        MESSAGES["pasted"].format(which=_listed(ids), lesson=number.zfill(2))
-        for number, ids in sorted(earlier.items())
+        MESSAGES["pasted"].format(which=_listed(ids), lesson=other)
+        for other, ids in sorted(earlier.items())
     ]
     missing = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + f" and {parts[-1]}"
     if earlier:

@@ -262,13 +262,13 @@ def answer_lines(root: Path = ROOT) -> dict[str, set[str]]:
     the learner's own notebooks show anyway (in a stub, in prose, in an example) or that is
     trivial (a lone keyword, name or bracket) gives nothing away.
     """
-    from ..exercises import LESSONS, exercises_of, notebook_name
+    from ..exercises import LESSONS, NOTEBOOKS, exercises_of, notebook_name
     from ..nbformat_quick import nbformat as _nbformat
 
     nbformat = _nbformat()
     shown = "\n".join(
         _normal(cell.source)
-        for path in sorted((root / "lessons").glob("[0-9][0-9]_*.ipynb"))
+        for path in sorted((root / "lessons").glob(NOTEBOOKS))
         for cell in nbformat.read(path, as_version=4).cells
     )
     found: dict[str, set[str]] = {}

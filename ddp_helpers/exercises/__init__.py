@@ -11,6 +11,29 @@ LESSONS = {
 }
 
 
+NOTEBOOKS = "[0-9][0-9]_*.ipynb"  # a glob for lesson notebooks in a folder
+
+
+# A lesson's identity is its two digits, "03"; its notebooks' names start with them
+# (03_ddp_wrap.ipynb) and its exercises are numbered from the number without its zero ("3.1").
+# These three are the only places that take names and numbers apart.
+def lesson_of_notebook(path) -> str:
+    """'03' for '03_ddp_wrap.ipynb' (a path or a name): the lesson a notebook belongs to."""
+    from pathlib import Path
+
+    return Path(path).name[:2]
+
+
+def lesson_of_exercise(exercise_id: str) -> str:
+    """'03' for exercise "3.1": the lesson an exercise belongs to."""
+    return exercise_id.split(".")[0].zfill(2)
+
+
+def exercise_prefix(lesson: str) -> str:
+    """'3' for "03": how the lesson's exercises are numbered ("3.1", "3.2", ...)."""
+    return lesson.lstrip("0") or "0"
+
+
 def notebook_name(lesson: str) -> str:
     """'01_rank_and_world_size.ipynb' for "01": the file name in lessons/ and solutions/."""
     return f"{lesson}_{LESSONS[lesson]}.ipynb"

@@ -352,11 +352,13 @@ class Exercise:
         """The key and fields that say which stub is still there."""
         if stub == self.id:
             return "not_attempted", {}
-        lesson = stub.split(".")[0]
-        if lesson == self.id.split(".")[0]:
+        from . import lesson_of_exercise
+
+        lesson = lesson_of_exercise(stub)
+        if lesson == lesson_of_exercise(self.id):
             return "not_attempted_other", {"other": stub}
         # An earlier lesson's answer, pasted into this notebook as a stub still to fill.
-        fields = {"function": _function_of(stub), "other": stub, "lesson": lesson.zfill(2)}
+        fields = {"function": _function_of(stub), "other": stub, "lesson": lesson}
         return "not_attempted_pasted", fields
 
     def check(self, answer) -> None:
@@ -394,9 +396,9 @@ class Exercise:
 
 def _function_of(exercise_id: str) -> Phrase:
     """`setup()` for "2.2": the function an exercise asks for, or the exercise's number."""
-    from . import LESSONS, exercises_of
+    from . import LESSONS, exercises_of, lesson_of_exercise
 
-    lesson = exercise_id.split(".")[0].zfill(2)
+    lesson = lesson_of_exercise(exercise_id)
     if lesson in LESSONS:
         for ex in exercises_of(lesson):
             if ex.id == exercise_id:
@@ -438,10 +440,9 @@ def run_on_ranks(harness, *args, nprocs: int = 2, nnodes: int = 1, timeout: floa
     except DistributedError as exc:
         if exc.kind == "timeout":
             raise Wrong("hang", timeout=timeout) from None
-        if exc.collective_mismatch:
+        if exc.mismatch == "abort":
             raise Wrong("mismatch", what=Phrase("mismatch_abort", signal=exc.signal_name)) from None
-        blamed = exc.failures.get(exc.rank)
-        if blamed is not None and blamed.by_peer and exc.returned_ranks:
+        if exc.mismatch == "returned":
             returned = ", ".join(map(str, exc.returned_ranks))
             what = Phrase("mismatch_returned", returned=returned, rank=exc.rank)
             raise Wrong("mismatch", what=what) from None

@@ -132,6 +132,21 @@ class RankFailure:
         return MESSAGES["exit_code"].format(rank=self.rank, code=code)
 
 
+def mismatch(first: RankFailure | None, returned: list[int]) -> str | None:
+    """Whether the ranks called different collectives, as the failure shows it: "abort" (the
+    rank to blame aborted inside a collective: gloo's answer to calls that do not match),
+    "returned" (it failed because a peer went away, and a rank had already returned: that
+    rank skipped a collective the others made), or None. The one verdict behind the
+    launcher's report and the checks' "mismatch"."""
+    if first is None:
+        return None
+    if first.signal == "SIGABRT" and C10D_FRAME in (first.stack or ""):
+        return "abort"
+    if returned and first.by_peer:
+        return "returned"
+    return None
+
+
 def blame(failures: list[RankFailure], peer_text: bool = True) -> list[RankFailure]:
     """The failures, the rank that caused them first, its victims after it.
 
@@ -172,7 +187,7 @@ def failure_report(
         parts.append(MESSAGES["stack_at_death"].format(rank=first.rank) + "\n" + first.stack)
     if first.signal == "SIGKILL":
         parts.append(MESSAGES["killed_hint_kill"])
-    if returned and first.by_peer:
+    if mismatch(first, returned) == "returned":
         ranks = ", ".join(map(str, returned))
         parts.append(
             MESSAGES["peer_returned"].format(
@@ -319,10 +334,9 @@ class DistributedError(RuntimeError):
         return {r: f.stack for r, f in self.failures.items() if f.kind == "timeout" and f.stack}
 
     @property
-    def collective_mismatch(self) -> bool:
-        """A rank aborted inside a collective: the ranks called different collectives."""
-        f = self._blamed()
-        return bool(f and f.signal == "SIGABRT" and C10D_FRAME in (f.stack or ""))
+    def mismatch(self) -> str | None:
+        """ "abort" or "returned" when the ranks called different collectives (`mismatch()`)."""
+        return mismatch(self._blamed(), self.returned_ranks)
 
 
 def start_failure_error(
