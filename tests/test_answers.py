@@ -1,9 +1,9 @@
 """The learner-answer sweep: real mistakes must not pass, and right answers written
 differently from the reference must. Plus: one source for every reference answer.
 
-Each wrong answer is a mistake learners make (COURSE.md's table, the forums, a loop
-tried by hand); each must get the message that names it. Each right answer differs from
-the reference in algorithm, import style or the API it reads.
+Each wrong answer is a mistake learners make (one the exercise's `mistakes` names, one seen
+in the forums, a loop tried by hand); each must get the message that names it. Each right
+answer differs from the reference in algorithm, import style or the API it reads.
 """
 
 from __future__ import annotations

@@ -308,8 +308,6 @@ def _weights(model) -> dict:
 
 def _capstone_harness(train_ddp, epochs, folder):
     """One rank: train_ddp with spies, saving into this rank's own folder."""
-    import gc
-
     import torch
     import torch.distributed as dist
 
@@ -331,7 +329,6 @@ def _capstone_harness(train_ddp, epochs, folder):
         weights = _weights(trained) if returned is None else None
         del model, trained
         record["wrapped"] = len(record["wrapped"])
-        gc.collect()  # DDP lets go of gloo before the group goes (see COURSE.md's quirks)
         return {**record, "left_initialised": left, "weights": weights, "returned": returned}
     finally:
         if dist.is_initialized():
