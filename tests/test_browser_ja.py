@@ -20,7 +20,7 @@ from test_browser import _notebook, _open_path, _run_all
 from conftest import ROOT
 from ddp_helpers import i18n
 from ddp_helpers.exercises import LESSONS, exercises_of, notebook_name
-from ddp_helpers.exercises._core import MESSAGES as CHECK_MESSAGES
+from ddp_helpers.exercises.texts import MESSAGES as CHECK_MESSAGES
 
 TOKEN = "ddp-browser-test-ja"
 WORDS = {"idle": "アイドル", "run": "実行", "run_all": "すべてのセルを実行"}  # the language pack's

@@ -519,7 +519,9 @@ def test_a_lesson_that_imports_an_older_lessons_checks_is_still_itself(tmp_path)
 def test_lesson_option_makes_other_lessons_invalid(tmp_path):
     _notebook(tmp_path, "x.ipynb", "from ddp_helpers.exercises import lesson03 as ex")
     (sub,) = grading.find_submissions([tmp_path], lesson="01")
-    assert sub.problem == submissions.MESSAGES["wrong_lesson"].format(found="03", wanted="01")
+    assert sub.problem == submissions.INSTRUCTOR_TEXT["wrong_lesson"].format(
+        found="03", wanted="01"
+    )
 
 
 def test_folders_are_searched_and_checkpoints_skipped(tmp_path):

@@ -13,7 +13,7 @@ from . import links, translations
 
 DROP_TAG = "solution-only"
 
-MESSAGES = {
+AUTHOR_TEXT = {
     "unclosed": "{nb}, cell {cell}: `# BEGIN SOLUTION` on line {line} has no `# END SOLUTION`.",
     "stray_end": "{nb}, cell {cell}: `# END SOLUTION` on line {line} has no `# BEGIN SOLUTION`.",
     "no_solutions": "No solution notebooks (NN_*.ipynb) found in {folder}.",
@@ -102,7 +102,9 @@ def strip_solutions(
             if m:
                 begin = (n, m.group(1), m.group(2), m.group(3))
             elif END.match(line):
-                raise BuildError(MESSAGES["stray_end"].format(nb=where[0], cell=where[1], line=n))
+                raise BuildError(
+                    AUTHOR_TEXT["stray_end"].format(nb=where[0], cell=where[1], line=n)
+                )
             else:
                 out.append(line)
         elif END.match(line):
@@ -112,7 +114,7 @@ def strip_solutions(
             out.append(stub_line(exercise, indent=begin[1]))
             begin = None
     if begin is not None:
-        raise BuildError(MESSAGES["unclosed"].format(nb=where[0], cell=where[1], line=begin[0]))
+        raise BuildError(AUTHOR_TEXT["unclosed"].format(nb=where[0], cell=where[1], line=begin[0]))
     return "\n".join(out), count
 
 
@@ -178,7 +180,7 @@ def readme_badges(readme: str, repository, names: list[str]) -> str | None:
 def _solutions(folder: Path) -> list[Path]:
     found = sorted(p for p in folder.glob(NOTEBOOKS))
     if not found:
-        raise BuildError(MESSAGES["no_solutions"].format(folder=folder))
+        raise BuildError(AUTHOR_TEXT["no_solutions"].format(folder=folder))
     return found
 
 
@@ -191,7 +193,9 @@ def _extra_notebooks(names: set[str], solutions: Path, lessons: Path, editions) 
             if extra not in names:
                 base, path = solutions.parent, folder / extra
                 shown = path.relative_to(base) if path.is_relative_to(base) else path
-                problems.append(MESSAGES["extra"].format(path=Path(shown).as_posix(), name=extra))
+                problems.append(
+                    AUTHOR_TEXT["extra"].format(path=Path(shown).as_posix(), name=extra)
+                )
     return problems
 
 
@@ -236,7 +240,7 @@ def build_lessons(
         names.add(path.name)
         if listed is not None and path.name not in listed:
             number = lesson_of_notebook(path)
-            problems.append(MESSAGES["unlisted"].format(name=path.name, number=number))
+            problems.append(AUTHOR_TEXT["unlisted"].format(name=path.name, number=number))
         nb = nbformat.read(path, as_version=4)
         problems += _write_lesson(nb, path.name, lessons, "lessons", repository, torch, check)
         for lang in editions:
@@ -244,12 +248,12 @@ def build_lessons(
                 nb, path.name, lang, (solutions, lessons), repository, torch, check
             )
     for name in sorted((listed or set()) - names):
-        problems.append(MESSAGES["unwritten"].format(name=name))
+        problems.append(AUTHOR_TEXT["unwritten"].format(name=name))
     problems += _extra_notebooks(names, Path(solutions), Path(lessons), editions)
     if readme is not None:
         problems += _build_readme(readme, repository, sorted(names), check)
     if check and not problems:
-        print(MESSAGES["in_sync"].format(count=len(names)))
+        print(AUTHOR_TEXT["in_sync"].format(count=len(names)))
     return problems
 
 
@@ -257,9 +261,9 @@ def _write(target: Path, text: str, check: bool, shown: str) -> list[str]:
     """Write `text` to `target`, or with check=True say how it differs; [problem] or []."""
     if check:
         if not target.exists():
-            return [MESSAGES["missing"].format(name=shown)]
+            return [AUTHOR_TEXT["missing"].format(name=shown)]
         if target.read_text(encoding="utf-8") != text:
-            return [MESSAGES["stale"].format(name=shown)]
+            return [AUTHOR_TEXT["stale"].format(name=shown)]
         return []
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(text, encoding="utf-8")
@@ -275,7 +279,7 @@ def _write_lesson(nb, name: str, lessons: Path, folder: str, repository, torch, 
     shown = name if folder == "lessons" else f"{folder.removeprefix('lessons/')}/{name}"
     problems = _write(lessons / name, _nbformat().writes(lesson) + "\n", check, shown)
     if not check:
-        print(MESSAGES["wrote"].format(name=shown, regions=regions))
+        print(AUTHOR_TEXT["wrote"].format(name=shown, regions=regions))
     return problems
 
 
@@ -321,12 +325,12 @@ def _build_readme(readme: Path, repository, names: list[str], check: bool) -> li
     if new is None:
         if repository is None:
             return []  # nothing to show, and no place for it: fine
-        return [MESSAGES["readme_no_block"].format(start=README_START, end=README_END)]
+        return [AUTHOR_TEXT["readme_no_block"].format(start=README_START, end=README_END)]
     if check:
-        return [MESSAGES["readme_stale"]] if new != text else []
+        return [AUTHOR_TEXT["readme_stale"]] if new != text else []
     if new != text:
         readme.write_text(new, encoding="utf-8")
-        print(MESSAGES["wrote_readme"].format(count=len(names) if repository else 0))
+        print(AUTHOR_TEXT["wrote_readme"].format(count=len(names) if repository else 0))
     return []
 
 
@@ -370,4 +374,4 @@ def execute_solutions(
             cell.metadata.pop("execution", None)
         nbformat.write(nb, path)
         shown = path.relative_to(solutions).as_posix()
-        print(MESSAGES["executed"].format(name=shown, seconds=time.monotonic() - started))
+        print(AUTHOR_TEXT["executed"].format(name=shown, seconds=time.monotonic() - started))

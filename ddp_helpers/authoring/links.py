@@ -22,7 +22,7 @@ GITHUB = re.compile(
     r"(?:/tree/(?P<branch>[\w./-]+?))?/?"
 )
 
-MESSAGES = {
+AUTHOR_TEXT = {
     "not_github": (
         "pyproject.toml: [project.urls] Repository = {url!r} is not a GitHub address. Colab "
         "and Kaggle open notebooks from GitHub: write https://github.com/OWNER/NAME (or "
@@ -92,7 +92,7 @@ def repository(pyproject: Path) -> Repository | None:
         return None
     m = GITHUB.fullmatch(url)
     if not m:
-        raise LinkError(MESSAGES["not_github"].format(url=url))
+        raise LinkError(AUTHOR_TEXT["not_github"].format(url=url))
     return Repository(m["owner"], m["name"], m["branch"] or "main")
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 EDITIONS = ("ja",)
 META = "ddp_basics"
 
-MESSAGES = {
+AUTHOR_TEXT = {
     "no_translation": (
         "i18n/{lang}/{stem}.json has no translation of cell {cell} of solutions/{name}: "
         "translate it, with the hash of the English text (`python -m "
@@ -61,7 +61,7 @@ def make_edition(english, name: str, lang: str, root: Path, previous=None) -> Ed
     path = translation_path(root, lang, name)
     where = {"lang": lang, "stem": path.stem, "name": name}
     if not path.exists():
-        return Edition(None, [MESSAGES["missing"].format(**where)])
+        return Edition(None, [AUTHOR_TEXT["missing"].format(**where)])
     entries = json.loads(path.read_text(encoding="utf-8"))
     outputs = _outputs_by_id(previous)
     problems: list[str] = []
@@ -78,18 +78,20 @@ def make_edition(english, name: str, lang: str, root: Path, previous=None) -> Ed
             continue
         entry = entries.get(cell.get("id"))
         if entry is None:
-            problems.append(MESSAGES["no_translation"].format(cell=cell.get("id"), **where))
+            problems.append(AUTHOR_TEXT["no_translation"].format(cell=cell.get("id"), **where))
             continue
         if entry["translates"] != meta["translates"]:
             problems.append(
-                MESSAGES["drift"].format(
+                AUTHOR_TEXT["drift"].format(
                     cell=cell.get("id"), old=entry["translates"], new=meta["translates"], **where
                 )
             )
             meta["translates"] = entry["translates"]  # what the text really translates
         cell.source = entry["text"]
     markdown = {cell.get("id") for cell in nb.cells if cell.cell_type == "markdown"}
-    problems += [MESSAGES["orphan"].format(cell=c, **where) for c in entries if c not in markdown]
+    problems += [
+        AUTHOR_TEXT["orphan"].format(cell=c, **where) for c in entries if c not in markdown
+    ]
     nb.metadata["language"] = lang
     return Edition(nb, problems)
 

@@ -28,7 +28,7 @@ from .build import _solutions
 BINDER = "https://mybinder.org"
 COLAB = "https://colab.research.google.com"
 
-MESSAGES = {
+AUTHOR_TEXT = {
     "sphinx_failed": (
         "The website did not build: Sphinx stopped on the warnings above (they count as "
         "errors, so that the site in CI has none). Fix the notebook or site/conf.py they "
@@ -121,7 +121,7 @@ def write_sources(root: Path, src: Path) -> list[str]:
     for path in _solutions(root / "solutions"):
         lesson = root / "lessons" / path.name
         if not lesson.is_file():
-            raise SiteError(MESSAGES["no_lesson"].format(name=path.name))
+            raise SiteError(AUTHOR_TEXT["no_lesson"].format(name=path.name))
         read = [nbformat.read(p, as_version=4) for p in (path, lesson)]
         nbformat.write(site_notebook(*read), src / path.name)
         names.append(path.name)
@@ -133,7 +133,7 @@ def build_site(root: Path = ROOT, out: Path | None = None, quiet: bool = True) -
     import importlib.util
 
     if not all(importlib.util.find_spec(m) for m in ("sphinx", "myst_nb", "sphinx_book_theme")):
-        raise SiteError(MESSAGES["no_sphinx"])
+        raise SiteError(AUTHOR_TEXT["no_sphinx"])
     out = Path(out) if out is not None else root / "site" / "_build"
     write_sources(root, out / "src")
     html_dir = out / "html"
@@ -145,7 +145,7 @@ def build_site(root: Path = ROOT, out: Path | None = None, quiet: bool = True) -
     command += [str(out / "src"), str(html_dir)]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
-        raise SiteError(f"{done.stdout}{done.stderr}\n{MESSAGES['sphinx_failed']}")
+        raise SiteError(f"{done.stdout}{done.stderr}\n{AUTHOR_TEXT['sphinx_failed']}")
     return html_dir
 
 
@@ -189,11 +189,11 @@ def broken_links(html_dir: Path) -> list[str]:
                 target = target / "index.html"
             rel = page.relative_to(html_dir.resolve())
             if not target.is_file() or not target.is_relative_to(html_dir.resolve()):
-                problems.append(MESSAGES["broken"].format(page=rel, target=link))
+                problems.append(AUTHOR_TEXT["broken"].format(page=rel, target=link))
             elif parts.fragment and target.suffix == ".html":
                 ids = pages[target].ids if target in pages else set()
                 if unquote(parts.fragment) not in ids:
-                    problems.append(MESSAGES["broken"].format(page=rel, target=link))
+                    problems.append(AUTHOR_TEXT["broken"].format(page=rel, target=link))
     return problems
 
 
@@ -319,7 +319,7 @@ def leaked_answers(html_dir: Path, lines: dict[str, set[str]]) -> list[str]:
             for line in sorted(telling):
                 if line in text:
                     page = path.relative_to(html_dir)
-                    problems.append(MESSAGES["leak"].format(page=page, id=key, line=line))
+                    problems.append(AUTHOR_TEXT["leak"].format(page=page, id=key, line=line))
     return problems
 
 
@@ -344,13 +344,13 @@ def main(argv: list[str] | None = None) -> int:
         print(exc, file=sys.stderr)
         return 1
     seconds = time.monotonic() - started
-    print(MESSAGES["built"].format(seconds=seconds, index=html_dir / "index.html"), flush=True)
+    print(AUTHOR_TEXT["built"].format(seconds=seconds, index=html_dir / "index.html"), flush=True)
     problems = check_site(html_dir)
     for problem in problems:
         print(problem, file=sys.stderr)
     if problems:
         return 1
-    print(MESSAGES["checked"].format(pages=len(_pages(html_dir))))
+    print(AUTHOR_TEXT["checked"].format(pages=len(_pages(html_dir))))
     return 0
 
 

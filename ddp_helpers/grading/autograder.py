@@ -33,7 +33,7 @@ TORCH_INDEX = "https://download.pytorch.org/whl/cpu"  # CPU-only wheels, reachab
 CONSTRAINT_FILES = ("constraints.txt",)
 _SKIP = (".ipynb_checkpoints", "__MACOSX", "__pycache__")
 
-MESSAGES = {
+INSTRUCTOR_TEXT = {
     "no_project": (
         "The autograder is built from the course's own folder (pyproject.toml beside "
         "ddp_helpers/), and this copy of ddp_helpers is not in one ({package}). Run the "
@@ -164,7 +164,7 @@ def _project_root() -> Path:
     from ..paths import ROOT as root
 
     if not (root / "pyproject.toml").is_file():
-        raise AutograderError(MESSAGES["no_project"].format(package=package))
+        raise AutograderError(INSTRUCTOR_TEXT["no_project"].format(package=package))
     return root
 
 
@@ -188,7 +188,7 @@ def _build_wheel(root: Path, tmp: Path) -> Path:
         output = "\n".join((run.stdout + run.stderr).strip().splitlines()[-15:])
         how = f"exit code {run.returncode}"
         raise AutograderError(
-            MESSAGES["wheel_failed"].format(how=how, output=output, python=sys.executable)
+            INSTRUCTOR_TEXT["wheel_failed"].format(how=how, output=output, python=sys.executable)
         )
     return wheels[0]
 
@@ -312,7 +312,7 @@ def build_autograder(
                 f"dist/{wheel.name}": (wheel.read_bytes(), 0o644),
             },
         )
-    return MESSAGES["built"].format(
+    return INSTRUCTOR_TEXT["built"].format(
         out=out,
         lesson=lesson,
         notebook=notebook_name(lesson),
@@ -335,7 +335,7 @@ def read_config(source: Path) -> dict:
         return config
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise AutograderError(
-            MESSAGES["no_config"].format(path=path, error=exc, source=source)
+            INSTRUCTOR_TEXT["no_config"].format(path=path, error=exc, source=source)
         ) from None
 
 
@@ -351,7 +351,7 @@ def finish_setup(source: Path) -> str:
     found = version(config["distribution"])
     if found != config["version"]:
         raise AutograderError(
-            MESSAGES["version_mismatch"].format(
+            INSTRUCTOR_TEXT["version_mismatch"].format(
                 name=config["distribution"], found=found, wanted=config["version"], **config
             )
         )
@@ -360,7 +360,7 @@ def finish_setup(source: Path) -> str:
             importlib.import_module(module)
         except ImportError as exc:
             raise AutograderError(
-                MESSAGES["missing_module"].format(module=module, error=exc)
+                INSTRUCTOR_TEXT["missing_module"].format(module=module, error=exc)
             ) from None
     import torch
 
@@ -368,13 +368,13 @@ def finish_setup(source: Path) -> str:
 
     if torch_release() != config["torch"]:
         raise AutograderError(
-            MESSAGES["torch_mismatch"].format(
+            INSTRUCTOR_TEXT["torch_mismatch"].format(
                 found=torch.__version__, wanted=config["torch"], index=TORCH_INDEX
             )
         )
     exercises_of(config["lesson"])  # the checks and the extra cases import
     (source / "python").write_text(sys.executable + "\n", encoding="utf-8")
-    return MESSAGES["ready"].format(
+    return INSTRUCTOR_TEXT["ready"].format(
         lesson=config["lesson"],
         version=found,
         torch=torch.__version__,
@@ -400,8 +400,8 @@ def pick_notebook(folder: Path, lesson: str) -> tuple[Path | None, str | None]:
     notebooks = [p for p in files if p.suffix.lower() == ".ipynb"]
     words = {"lesson": lesson, "notebook": notebook_name(lesson)}
     if not notebooks:
-        found = MESSAGES["found"].format(files=_listed(files, folder)) if files else ""
-        return None, MESSAGES["no_notebook"].format(found=found, **words)
+        found = INSTRUCTOR_TEXT["found"].format(files=_listed(files, folder)) if files else ""
+        return None, INSTRUCTOR_TEXT["no_notebook"].format(found=found, **words)
     if len(notebooks) == 1:
         return notebooks[0], None
     for pick in (
@@ -411,7 +411,7 @@ def pick_notebook(folder: Path, lesson: str) -> tuple[Path | None, str | None]:
         if len(pick) == 1:
             return pick[0], None
     files = _listed(notebooks, folder)
-    return None, MESSAGES["several"].format(count=len(notebooks), files=files, **words)
+    return None, INSTRUCTOR_TEXT["several"].format(count=len(notebooks), files=files, **words)
 
 
 def run(root: Path) -> int:

@@ -21,7 +21,6 @@ from ..i18n import messages
 from . import dispatch
 from .defaults import DEFAULT_TIMEOUT
 from .outputs import ClassReport, FeedbackFiles, GradescopeResults, GradesCsv, Output
-from .reports import MESSAGES as REPORT_MESSAGES
 from .reports import Progress, feedback_names, in_order, summary
 from .results import Event, Row, Status, Submission
 from .sandbox import Confinement
@@ -48,7 +47,9 @@ RETRY_MESSAGES = messages(
     },
 )
 
-MESSAGES = {
+INSTRUCTOR_TEXT = {
+    "start": "Grading {count} submission{s}, {jobs} at a time; each notebook may run {limit:g} s",
+    "wrote": "grades: {out}{feedback}",
     "retrying": (
         "{count} submission{s} ran past the limit while others were being graded; "
         "grading {them} again, one at a time, so that a busy machine cannot cost points"
@@ -237,7 +238,7 @@ class _Run:
         """The invalid rows, every other submission N at a time, then the held timeouts alone."""
         count, options = len(self.subs), self.options
         self.progress.say(
-            REPORT_MESSAGES["start"].format(
+            INSTRUCTOR_TEXT["start"].format(
                 count=count, s="" if count == 1 else "s", jobs=options.jobs, limit=options.timeout
             )
         )
@@ -248,7 +249,7 @@ class _Run:
         if self.batch.held and not self.cancel.is_set():
             again = self.batch.retry_alone()
             self.progress.say(
-                MESSAGES["retrying"].format(
+                INSTRUCTOR_TEXT["retrying"].format(
                     count=again, s="" if again == 1 else "s", them="it" if again == 1 else "them"
                 )
             )
@@ -261,7 +262,9 @@ class _Run:
         self._outputs_done()  # what was graded, reported
         self.progress.done()
         total, out = len(self.subs), self.options.out
-        self.progress.say(MESSAGES["interrupted"].format(done=len(self.rows), total=total, out=out))
+        self.progress.say(
+            INSTRUCTOR_TEXT["interrupted"].format(done=len(self.rows), total=total, out=out)
+        )
 
     def finish(self) -> list[Row]:
         """The outputs finished, the summary said; the rows in submission order."""
@@ -273,7 +276,7 @@ class _Run:
         for line in summary(self.rows, columns_for(self.subs), wall, self.options.jobs):
             self.progress.say(line)
         shown = "".join(f" · {w}" for w in wrote[1:])
-        self.progress.say(REPORT_MESSAGES["wrote"].format(out=wrote[0], feedback=shown))
+        self.progress.say(INSTRUCTOR_TEXT["wrote"].format(out=wrote[0], feedback=shown))
         return in_order(self.rows, self.subs)
 
     def _outputs_done(self) -> list[str]:

@@ -3,7 +3,7 @@
 Per exercise, the share of correct, wrong, not attempted, error and missing answers, and
 the mistakes counted across the class by their keys (each result carries its mistake's
 key; an error's is counted per exception), shown by their titles from the exercise's own
-MESSAGES (or the grader's), so a new check's mistakes appear here without code of their
+table (or the grader's), so a new check's mistakes appear here without code of their
 own. The plots (pass rates, time per submission) are matplotlib PNGs embedded in the
 file: it opens offline.
 """
@@ -18,8 +18,7 @@ from collections import Counter
 from functools import cache
 from pathlib import Path
 
-from ..exercises._core import MESSAGES as CHECK_MESSAGES
-from ..exercises._core import Texts
+from ..exercises.texts import Texts, status_names
 from ..exercises.verdicts import CheckStatus
 from ..i18n import messages
 from . import scorer
@@ -34,7 +33,6 @@ COLORS = {
     CheckStatus.ERROR: "#ef6c00",
     CheckStatus.MISSING: "#5c6bc0",
 }
-LABELS = CHECK_MESSAGES["status_names"]
 
 MESSAGES = messages("grading.class_report", {"title": "Class report"})
 
@@ -56,7 +54,7 @@ def title_of(lesson: str, score: ExerciseScore) -> str:
     texts = _texts(lesson).get(score.id) or Texts()
     if key in texts:
         return texts.text(key, **score.fields)
-    return scorer.MESSAGES[key].format(**score.fields)
+    return scorer.text(key, **score.fields)
 
 
 # ---------------------------------------------------------------- counting
@@ -104,7 +102,7 @@ def plot_outcomes(counts: dict[str, dict]) -> str:
         for column in columns:
             c = counts[column]["outcomes"]
             shares.append(100 * c[outcome] / max(1, sum(c.values())))
-        ax.barh(columns, shares, left=left, color=COLORS[outcome], label=LABELS[outcome])
+        ax.barh(columns, shares, left=left, color=COLORS[outcome], label=status_names()[outcome])
         left = [a + b for a, b in zip(left, shares, strict=True)]
     ax.invert_yaxis()
     ax.set_xlim(0, 100)
@@ -196,7 +194,7 @@ def _lesson_section(lesson: str, n: int, table: dict) -> list[str]:
         f'src="{plot_outcomes(table)}">'
     )
     out.append("<table><tr><th>exercise</th>")
-    out += [f"<th>{LABELS[o]}</th>" for o in OUTCOMES]
+    out += [f"<th>{status_names()[o]}</th>" for o in OUTCOMES]
     out.append("</tr>")
     for column, entry in table.items():
         total = max(1, sum(entry["outcomes"].values()))

@@ -14,7 +14,7 @@ import csv
 
 from .files import replaced_whole
 
-MESSAGES = {
+INSTRUCTOR_TEXT = {
     "no_key": (
         "The gradebook {path} has no column {key!r}; its columns are: {columns}. Give "
         "--key the column that holds what grades.csv has under `student`."
@@ -64,13 +64,18 @@ def merge(
     missing = [rows[0]["student"] for s, rows in by_student.items() if s not in merged]
     if stream is not None:
         if missing:
-            print(MESSAGES["unmatched"].format(students=", ".join(sorted(missing))), file=stream)
-        if nameless:
             print(
-                MESSAGES["empty"].format(count=len(nameless), names=", ".join(nameless)),
+                INSTRUCTOR_TEXT["unmatched"].format(students=", ".join(sorted(missing))),
                 file=stream,
             )
-        print(MESSAGES["wrote"].format(out=out, merged=len(merged), column=column), file=stream)
+        if nameless:
+            print(
+                INSTRUCTOR_TEXT["empty"].format(count=len(nameless), names=", ".join(nameless)),
+                file=stream,
+            )
+        print(
+            INSTRUCTOR_TEXT["wrote"].format(out=out, merged=len(merged), column=column), file=stream
+        )
     return len(merged)
 
 
@@ -82,7 +87,7 @@ def _graded_by_student(grades: str, lesson: str | None) -> tuple[dict, list[str]
     with open(grades, newline="", encoding="utf-8") as f:
         graded = list(csv.DictReader(f))
     if graded and "student" not in graded[0]:
-        raise MergeError(MESSAGES["no_student_column"].format(path=grades))
+        raise MergeError(INSTRUCTOR_TEXT["no_student_column"].format(path=grades))
     if lesson is not None:
         graded = [r for r in graded if r["lesson"] == lesson]
     by_student: dict[str, list[dict]] = {}
@@ -96,7 +101,7 @@ def _graded_by_student(grades: str, lesson: str | None) -> tuple[dict, list[str]
     for rows in by_student.values():
         if len(rows) > 1:
             raise MergeError(
-                MESSAGES["twice"].format(
+                INSTRUCTOR_TEXT["twice"].format(
                     student=rows[0]["student"],
                     count=len(rows),
                     lesson=f" of lesson {lesson}" if lesson else "",
@@ -114,7 +119,7 @@ def _read_gradebook(gradebook: str, key: str, column: str) -> tuple[list[str], l
         body = list(reader)
     if key not in header:
         raise MergeError(
-            MESSAGES["no_key"].format(path=gradebook, key=key, columns=", ".join(header))
+            INSTRUCTOR_TEXT["no_key"].format(path=gradebook, key=key, columns=", ".join(header))
         )
     if column not in header:
         header.append(column)

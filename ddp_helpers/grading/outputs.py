@@ -13,12 +13,12 @@ from typing import Protocol
 from .class_report import write_report
 from .files import replaced_whole
 from .gradescope import results_paths, write_results
-from .reports import MESSAGES as REPORT_MESSAGES
 from .reports import csv_cells, csv_header, write_feedback
 from .results import Row
 
-# What the batch's last line says each output wrote; in one place for translation.
-MESSAGES = {
+# What the batch's last line says each output wrote, and its warnings: for the instructor.
+INSTRUCTOR_TEXT = {
+    "feedback_failed": "warning: could not write the feedback of {name}: {error}",
     "csv": "{path}",
     "feedback": "feedback: {folder}/ ({count} files)",
     "gradescope": "Gradescope: {folder}/",
@@ -57,7 +57,7 @@ class GradesCsv:
             out = csv.writer(f)
             out.writerow(csv_header(self.columns))
             out.writerows(csv_cells(row, self.columns) for row in rows)
-        return MESSAGES["csv"].format(path=self.path)
+        return INSTRUCTOR_TEXT["csv"].format(path=self.path)
 
 
 class _FilePerSubmission(ABC):
@@ -75,7 +75,7 @@ class _FilePerSubmission(ABC):
         try:
             self.write(row, self.paths[name])
         except OSError as exc:
-            self.warn(REPORT_MESSAGES["feedback_failed"].format(name=name, error=exc))
+            self.warn(INSTRUCTOR_TEXT["feedback_failed"].format(name=name, error=exc))
 
 
 class FeedbackFiles(_FilePerSubmission):
@@ -90,7 +90,7 @@ class FeedbackFiles(_FilePerSubmission):
         write_feedback(row, path, self.timeout)
 
     def batch_done(self, rows: list[Row], wall: float) -> str:
-        return MESSAGES["feedback"].format(folder=self.folder, count=len(rows))
+        return INSTRUCTOR_TEXT["feedback"].format(folder=self.folder, count=len(rows))
 
 
 class GradescopeResults(_FilePerSubmission):
@@ -104,7 +104,7 @@ class GradescopeResults(_FilePerSubmission):
         write_results(row, path, self.hidden_visibility)
 
     def batch_done(self, rows: list[Row], wall: float) -> str:
-        return MESSAGES["gradescope"].format(folder=self.folder)
+        return INSTRUCTOR_TEXT["gradescope"].format(folder=self.folder)
 
 
 class ClassReport:
@@ -118,4 +118,4 @@ class ClassReport:
 
     def batch_done(self, rows: list[Row], wall: float) -> str:
         write_report(rows, self.path, self.timeout, wall)
-        return MESSAGES["report"].format(path=self.path)
+        return INSTRUCTOR_TEXT["report"].format(path=self.path)

@@ -8,15 +8,14 @@ import time
 from pathlib import Path
 
 from .. import i18n
-from ..exercises._core import MESSAGES as CHECK_MESSAGES
+from ..exercises.texts import status_names
 from ..exercises.verdicts import CheckStatus
 from ..i18n import messages
 from .files import replaced_whole
 from .results import STATUSES, Row, Status, Submission
 
-# Instructor- and learner-facing text of this module, in one place for translation.
-MESSAGES = {
-    "start": "Grading {count} submission{s}, {jobs} at a time; each notebook may run {limit:g} s",
+# What the instructor reads (the batch's progress lines and summary): English only.
+INSTRUCTOR_TEXT = {
     "line": "[{done:>{width}}/{total}] {status:<8} {points:>5}  {seconds:5.1f} s  {submission}",
     "summary_head": (
         "Graded {count} submission{s} in {wall:.0f} s ({per:.1f} s per notebook run, "
@@ -25,8 +24,6 @@ MESSAGES = {
     "summary_status": "status: {counts}",
     "summary_means": "mean points per exercise (submissions that ran):",
     "summary_mean": "  {column:<32} {mean:.2f} of {max}  (n={n})",
-    "wrote": "grades: {out}{feedback}",
-    "feedback_failed": "warning: could not write the feedback of {name}: {error}",
 }
 
 # What the learner reads (the feedback file, Gradescope): in the submission's language.
@@ -112,7 +109,7 @@ def summary(rows: list[Row], columns, wall: float, jobs: int) -> list[str]:
     count = len(rows)
     ran = [r for r in rows if r.status is not Status.INVALID]  # the invalid ones take no time
     lines = [
-        MESSAGES["summary_head"].format(
+        INSTRUCTOR_TEXT["summary_head"].format(
             count=count,
             s="" if count == 1 else "s",
             wall=wall,
@@ -122,10 +119,12 @@ def summary(rows: list[Row], columns, wall: float, jobs: int) -> list[str]:
     ]
     counts = {s: sum(r.status.value == s for r in rows) for s in STATUSES}
     lines.append(
-        MESSAGES["summary_status"].format(counts=" · ".join(f"{s} {n}" for s, n in counts.items()))
+        INSTRUCTOR_TEXT["summary_status"].format(
+            counts=" · ".join(f"{s} {n}" for s, n in counts.items())
+        )
     )
     if columns:
-        lines.append(MESSAGES["summary_means"])
+        lines.append(INSTRUCTOR_TEXT["summary_means"])
     for lesson, column in columns:
         earned = [
             (e.points, e.max)
@@ -137,7 +136,7 @@ def summary(rows: list[Row], columns, wall: float, jobs: int) -> list[str]:
         if earned:
             mean = sum(p for p, _ in earned) / len(earned)
             lines.append(
-                MESSAGES["summary_mean"].format(
+                INSTRUCTOR_TEXT["summary_mean"].format(
                     column=column, mean=mean, max=earned[0][1], n=len(earned)
                 )
             )
@@ -163,7 +162,7 @@ class Progress:
         points = f"{row.points}/{row.max_points}" if row.max_points is not None else "-"
         self._clear()
         print(
-            MESSAGES["line"].format(
+            INSTRUCTOR_TEXT["line"].format(
                 done=self.done_count,
                 width=len(str(self.total)),
                 total=self.total,
@@ -252,7 +251,7 @@ def _feedback_markdown(row: Row, timeout: float) -> str:
         text["table"],
         "| --- | --- | --- |",
     ]
-    names = CHECK_MESSAGES["status_names"]
+    names = status_names()
     for ex in row.exercises:
         out.append(
             f"| {ex.id} `{ex.name}` | {ex.points} / {ex.max} | "

@@ -33,6 +33,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ..i18n import messages
 from ..paths import PACKAGE  # ddp_helpers/, the course's own code
 from .defaults import DEFAULT_TASKS
 
@@ -49,7 +50,7 @@ _ALLOW = (
 _WITHOUT = (
     "Grading without the sandbox (each notebook still gets a clean environment and the limits): "
 )
-MESSAGES = {
+INSTRUCTOR_TEXT = {
     "no_bwrap": (
         "--sandbox needs bubblewrap (the `bwrap` command), which is not installed. Install "
         f"it {_INSTALL} and run the command again, or give --no-sandbox to grade "
@@ -90,15 +91,22 @@ MESSAGES = {
     "bad_tasks": (
         "--tasks takes a whole number of processes and threads, 16 or more; got {value!r}."
     ),
-    "memory_hit": (
-        "The notebook, with everything it started, ran into its memory limit of {limit} "
-        "({how}). Grading went on with the next submission."
-    ),
-    "tasks_hit": (
-        "The notebook started more processes and threads than its limit of {limit} "
-        "({how}); what it had started was stopped."
-    ),
 }
+
+# What the learner's feedback says when the notebook hit a limit: in the submission's language.
+MESSAGES = messages(
+    "grading.sandbox",
+    {
+        "memory_hit": (
+            "The notebook, with everything it started, ran into its memory limit of {limit} "
+            "({how}). Grading went on with the next submission."
+        ),
+        "tasks_hit": (
+            "The notebook started more processes and threads than its limit of {limit} "
+            "({how}); what it had started was stopped."
+        ),
+    },
+)
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -109,7 +117,7 @@ def parse_size(text: str) -> int:
     m = _SIZE.match(str(text))
     size = int(float(m.group(1)) * _UNITS[m.group(2).upper()]) if m else 0
     if size < 256 << 20:
-        raise ValueError(MESSAGES["bad_size"].format(value=text))
+        raise ValueError(INSTRUCTOR_TEXT["bad_size"].format(value=text))
     return size
 
 
@@ -156,15 +164,17 @@ def choose(
     why not); True: the sandbox or a SandboxError; False: no sandbox. `limits` forces how
     the limits are held (LIMITS; default: the first of them that works here)."""
     if limits is not None and limits not in LIMITS:
-        raise ValueError(MESSAGES["bad_limits"].format(value=limits, known=", ".join(LIMITS)))
+        raise ValueError(
+            INSTRUCTOR_TEXT["bad_limits"].format(value=limits, known=", ".join(LIMITS))
+        )
     if tasks is not None and tasks < 16:
-        raise ValueError(MESSAGES["bad_tasks"].format(value=tasks))
+        raise ValueError(INSTRUCTOR_TEXT["bad_tasks"].format(value=tasks))
     pass_env = tuple(dict.fromkeys(pass_env))
     check_passed(pass_env, os.environ)
     problem = bwrap_problem() if sandbox is not False else None
     if sandbox and problem is not None:
         kind, error = problem
-        raise SandboxError(MESSAGES[kind].format(error=error))
+        raise SandboxError(INSTRUCTOR_TEXT[kind].format(error=error))
     mechanism = limits or next((m for m in ("cgroup2", "cgroup1") if _cgroup_usable(m)), "rlimit")
     boxed = sandbox is not False and problem is None
     return Confinement(boxed, memory, tasks or DEFAULT_TASKS, threads, mechanism, pass_env)
@@ -198,7 +208,7 @@ def fallback_note() -> str | None:
     if problem is None:
         return None
     kind, error = problem
-    return MESSAGES[f"fallback_{kind}"].format(error=error)
+    return INSTRUCTOR_TEXT[f"fallback_{kind}"].format(error=error)
 
 
 # ---------------------------------------------------------------- the environment
@@ -241,7 +251,7 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 def env_name(text: str) -> str:
     """A --pass-env argument, checked: the name of an environment variable."""
     if not _NAME.match(text):
-        raise ValueError(MESSAGES["pass_env_name"].format(value=text))
+        raise ValueError(INSTRUCTOR_TEXT["pass_env_name"].format(value=text))
     return text
 
 
@@ -250,9 +260,9 @@ def check_passed(names: Iterable[str], environ: Mapping[str, str]) -> None:
     for name in names:
         if name in SET_HERE or name in GRADER_ONLY:
             why = SET_HERE.get(name, "the grader's own")
-            raise ValueError(MESSAGES["pass_env_own"].format(name=name, why=why))
+            raise ValueError(INSTRUCTOR_TEXT["pass_env_own"].format(name=name, why=why))
         if name not in environ:
-            raise ValueError(MESSAGES["pass_env_unset"].format(name=name))
+            raise ValueError(INSTRUCTOR_TEXT["pass_env_unset"].format(name=name))
 
 
 def submission_environment(

@@ -49,6 +49,11 @@ MESSAGES = messages(
 )
 
 
+def text(key: str, /, **fields) -> str:
+    """The grader's own message or mistake title under `key`, in the current language."""
+    return MESSAGES[key].format(**fields)
+
+
 def from_course(obj) -> str | None:
     """The ddp_helpers module an answer was imported from, or None for notebook code."""
     for _ in range(10):  # functools.partial, functools.wraps, bound methods: look inside

@@ -16,7 +16,7 @@ _IMPORT = re.compile(r"\bddp_helpers\.exercises(?:\s+import\s+|\.)lesson(\d\d)\b
 _IMPORT_AS_EX = re.compile(r"\bddp_helpers\.exercises\s+import\s+lesson(\d\d)\s+as\s+ex\b")
 
 # Instructor- and learner-facing text of this module, in one place for translation.
-MESSAGES = {
+INSTRUCTOR_TEXT = {
     "no_path": "No such file or folder: {path}. Give notebooks or folders of them.",
     "no_notebooks": (
         "No notebooks (*.ipynb) found in {paths}. Give the folder the submissions were "
@@ -117,12 +117,12 @@ def lesson_of(path) -> tuple[str | None, str | None]:
     try:
         nb = read_notebook(path)
     except (OSError, ValueError) as exc:
-        return None, MESSAGES["not_notebook"].format(error=exc)
+        return None, INSTRUCTOR_TEXT["not_notebook"].format(error=exc)
     found = sorted(
         {m for c in nb.cells if c.cell_type == "code" for m in _IMPORT.findall(c.source)}
     )
     if not found:
-        return None, MESSAGES["no_lesson"]
+        return None, INSTRUCTOR_TEXT["no_lesson"]
     # A file named like one of the course's notebooks must hold that lesson.
     named = [n for n, slug in LESSONS.items() if slug in Path(path).name]
     if len(found) > 1:
@@ -133,13 +133,13 @@ def lesson_of(path) -> tuple[str | None, str | None]:
         )
         chosen = as_ex if len(as_ex) == 1 else [n for n in named if n in found]
         if len(chosen) != 1:
-            return None, MESSAGES["many_lessons"].format(lessons=", ".join(found))
+            return None, INSTRUCTOR_TEXT["many_lessons"].format(lessons=", ".join(found))
         found = chosen
     lesson = found[0]
     if lesson not in LESSONS:
-        return None, MESSAGES["unknown_lesson"].format(lesson=lesson)
+        return None, INSTRUCTOR_TEXT["unknown_lesson"].format(lesson=lesson)
     if named and lesson not in named:
-        return lesson, MESSAGES["name_mismatch"].format(named=named[0], found=lesson)
+        return lesson, INSTRUCTOR_TEXT["name_mismatch"].format(named=named[0], found=lesson)
     return lesson, None
 
 
@@ -159,14 +159,14 @@ def find_submissions(
         elif path.is_file():
             files.setdefault(path.resolve(), (_shown(path), None))
         else:
-            raise GradingError(MESSAGES["no_path"].format(path=given))
+            raise GradingError(INSTRUCTOR_TEXT["no_path"].format(path=given))
     if not files:
-        raise GradingError(MESSAGES["no_notebooks"].format(paths=", ".join(map(str, paths))))
+        raise GradingError(INSTRUCTOR_TEXT["no_notebooks"].format(paths=", ".join(map(str, paths))))
     subs = []
     for resolved, (shown, folder) in sorted(files.items(), key=lambda item: item[1]):
         found, problem = lesson_of(resolved)
         if problem is None and lesson is not None and found != lesson:
-            problem = MESSAGES["wrong_lesson"].format(found=found, wanted=lesson)
+            problem = INSTRUCTOR_TEXT["wrong_lesson"].format(found=found, wanted=lesson)
         student = student_of(shown, student_from) if student_from is not None else folder
         subs.append(Submission(resolved, shown, found, problem, student, language_of(resolved)))
     return _students_from_folders(subs)
@@ -209,7 +209,7 @@ def student_pattern(text: str) -> re.Pattern:
     try:
         return re.compile(text)
     except re.error as exc:
-        raise ValueError(MESSAGES["bad_pattern"].format(pattern=text, error=exc)) from None
+        raise ValueError(INSTRUCTOR_TEXT["bad_pattern"].format(pattern=text, error=exc)) from None
 
 
 def _shown(path: Path) -> str:

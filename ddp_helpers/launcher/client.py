@@ -11,8 +11,7 @@ import threading
 from ..i18n import messages
 from ..procs import nproc_limit, with_this_package
 from . import torch_compat, wire
-from .failures import MESSAGES as FAILURE_MESSAGES
-from .failures import DistributedError
+from .failures import DistributedError, nproc_limit_text
 from .plan import zygote_environment
 from .protocol import Broken, ProtocolError, Ready, expect
 
@@ -49,8 +48,7 @@ class ZygoteClient:
             )
         except OSError as exc:  # no process to be had (RLIMIT_NPROC): say so, not EAGAIN
             parent.close()
-            limit = nproc_limit()
-            limit = FAILURE_MESSAGES["nproc_limit"].format(limit=limit) if limit else ""
+            limit = nproc_limit_text(nproc_limit() or None)
             raise DistributedError(
                 MESSAGES["no_process"].format(error=exc, limit=limit), kind="launcher"
             ) from None

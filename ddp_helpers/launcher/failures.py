@@ -339,11 +339,16 @@ class DistributedError(RuntimeError):
         return mismatch(self._blamed(), self.returned_ranks)
 
 
+def nproc_limit_text(limit: int | None) -> str:
+    """The sentence naming the user's process limit (RLIMIT_NPROC), or "" when there is none."""
+    return MESSAGES["nproc_limit"].format(limit=limit) if limit is not None else ""
+
+
 def start_failure_error(
     rank: int, nprocs: int, error: str, nproc_limit: int | None
 ) -> DistributedError:
     """The error for a rank that could not be started (its fork failed): which, and why."""
-    limit = MESSAGES["nproc_limit"].format(limit=nproc_limit) if nproc_limit is not None else ""
+    limit = nproc_limit_text(nproc_limit)
     paragraph = MESSAGES["cannot_start"].format(rank=rank, nprocs=nprocs, error=error, limit=limit)
     return DistributedError(paragraph, kind="start", rank=rank)
 

@@ -1,0 +1,152 @@
+"""The words of every check: the shared table (`exercises.core`), and how a message is made
+from its parts (Phrase, Listed) in the current language (Texts). Public: the grader names
+statuses and mistakes with it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .. import i18n
+from .verdicts import CheckStatus
+
+# Learner-facing text shared by every check. The scheme every exercise module follows (see
+# docs/authors.md): a mistake's message under its key, its title under f"{key}.title", a
+# hint under f"hint.{name}"; other keys are phrases that messages are made of.
+MESSAGES = i18n.messages(
+    "exercises.core",
+    {
+        "correct": "✅ Exercise {id}: correct. {detail}",
+        "not_attempted": (
+            "⏳ Exercise {id}: not attempted yet. Replace `raise NotImplementedError(...)` "
+            "with your code, run that cell, then run this check again."
+        ),
+        "not_attempted.title": "the stub still raises NotImplementedError",
+        "not_attempted_other": (
+            "⏳ Exercise {id}: not attempted yet: your code calls exercise {other}, which "
+            "still says `raise NotImplementedError(...)`. Finish that one first."
+        ),
+        "not_attempted_other.title": "calls another exercise that is still a stub",
+        "not_attempted_pasted": (
+            "⏳ Exercise {id}: not attempted yet: your code calls {function}, which still "
+            "says `raise NotImplementedError(...)` in this notebook. Paste your answer to "
+            "exercise {other} from lesson {lesson} into this notebook's cell for it, run "
+            "that cell, then run this check again."
+        ),
+        "not_attempted_pasted.title": "an earlier lesson's answer not pasted in yet",
+        "function": "`{name}()`",
+        "function_unknown": "exercise {id}",
+        "wrong": "❌ Exercise {id}: not yet. {detail}",
+        "error": "💥 Exercise {id}: your code raised an error.\n{detail}",
+        "error.title": "raised {exception}",
+        "hint_header": "💡 Hint {n} of {total} for exercise {id}: {text}",
+        "no_more_hints": "(That was the last hint; `.solution()` shows the reference answer.)",
+        "solution_header": "Reference solution for exercise {id}:",
+        "progress_header": "Lesson {lesson}: {passed} of {total} exercises pass",
+        "progress_core": "Lesson {lesson}: {passed} of {total} exercises of the core path pass",
+        "progress_further": "Going further (optional): {passed} of {total} pass",
+        "progress_further_ahead": "Going further (optional): exercise {ids} below, not started",
+        "progress_further_ahead_many": (
+            "Going further (optional): exercises {ids} below, not started"
+        ),
+        "further_missing": "not started (optional)",
+        "hang": (
+            "The check did not finish within {timeout:g} s: a rank waited in a collective "
+            "(barrier, all_reduce, broadcast) that another rank never called."
+        ),
+        "hang.title": "a rank waited in a collective that another rank never called",
+        "mismatch": (
+            "The ranks did not make the same collective calls (barrier, all_reduce, "
+            "broadcast) in the same order: {what}."
+        ),
+        "mismatch.title": "the ranks made different collective calls",
+        "mismatch_abort": "a rank aborted inside a collective ({signal})",
+        "mismatch_returned": (
+            "rank {returned} had already returned while rank {rank} waited in one"
+        ),
+        "missing": "not defined in this notebook yet",
+        "missing.title": "not defined when the notebook ended",
+        "hidden": "{message}\n(Found by the grader's extra cases, beyond those the check shows.)",
+        "list_separator": ", ",
+        "and": "{first} and {last}",
+        "status_names": {
+            CheckStatus.CORRECT: "correct",
+            CheckStatus.NOT_ATTEMPTED: "not attempted",
+            CheckStatus.WRONG: "wrong",
+            CheckStatus.ERROR: "error",
+            CheckStatus.MISSING: "missing",
+        },
+    },
+)
+
+
+class Phrase:
+    """A piece of a message by key, with its fields: made into text with the message."""
+
+    def __init__(self, key: str, /, **fields):
+        self.key, self.fields = key, fields
+
+    def __repr__(self) -> str:
+        return f"Phrase({self.key!r}, **{self.fields!r})"
+
+
+class Listed:
+    """Items shown one after the other, with the language's list separator between."""
+
+    def __init__(self, items):
+        self.items = list(items)
+
+    def __repr__(self) -> str:
+        return f"Listed({self.items!r})"
+
+
+def and_list(items) -> Phrase:
+    """'0, 1 and 2' for [0, 1, 2] (at least two items)."""
+    *first, last = items
+    return Phrase("and", first=Listed(first), last=last)
+
+
+def sayer(table) -> Callable[..., str]:
+    """`say(key, **fields)` for a lesson's code cells: a sentence the cell prints, in the
+    notebook's language. The code of a cell is the same in every edition; its words come from
+    the lesson module's table."""
+
+    def say(key: str, /, **fields) -> str:
+        return Texts(table).text(key, **fields)
+
+    return say
+
+
+class Texts:
+    """Where an exercise's text is found: its module's table, then this module's.
+
+    A field that is a Phrase is made into text from the same tables, a Listed one item by
+    item.
+    """
+
+    def __init__(self, *tables):
+        self.tables = (*tables, MESSAGES)
+
+    def __contains__(self, key: str) -> bool:
+        return any(key in table for table in self.tables)
+
+    def template(self, key: str) -> str:
+        for table in self.tables:
+            if key in table:
+                return table[key]
+        raise KeyError(key)
+
+    def text(self, key: str, /, **fields) -> str:
+        """The text under key, its fields filled in, in the current language."""
+        return self.template(key).format(**{k: self._value(v) for k, v in fields.items()})
+
+    def _value(self, value):
+        if isinstance(value, Phrase):
+            return self.text(value.key, **value.fields)
+        if isinstance(value, Listed):
+            return self.text("list_separator").join(str(self._value(v)) for v in value.items)
+        return value
+
+
+def status_names() -> dict[CheckStatus, str]:
+    """Each status's name ("correct", "wrong", ...), in the current language."""
+    return MESSAGES["status_names"]
