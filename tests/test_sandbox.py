@@ -12,11 +12,14 @@ the grader's own note saying how to install it (`.ci/run` installs it as root).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import glob
+import hashlib
 import json
 import os
 import re
+import shutil
 import stat
 import subprocess
 import sys
@@ -50,17 +53,31 @@ OUTPUTS += ["--report", "report.html"]
 WITHOUT = "note: Grading without the sandbox"
 
 
+def _tmpdir(cwd: Path) -> Path:
+    """The TMPDIR of a run in cwd: short, so that a sandboxed batch keeps its folder there
+    (batch._short_tmp moves it to /tmp when TMPDIR is long), and its run's own, so that what
+    is left of this run is told apart from other tests' batches running at the same time."""
+    return Path("/tmp") / f"dgs-{hashlib.sha1(str(cwd).encode()).hexdigest()[:10]}"
+
+
 def _grade(args, cwd: Path, **env) -> subprocess.CompletedProcess:
-    (cwd / "tmpdir").mkdir(exist_ok=True)
-    environ = with_this_package(dict(os.environ, TMPDIR=str(cwd / "tmpdir"), **env))
-    return subprocess.run(
-        [sys.executable, "-m", "ddp_helpers", "grade", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=environ,
-    )
+    """`grade` run in cwd; `.tmp_left` lists what it left in its TMPDIR (then removed)."""
+    tmpdir = _tmpdir(cwd)
+    tmpdir.mkdir(exist_ok=True)
+    environ = with_this_package(dict(os.environ, TMPDIR=str(tmpdir), **env))
+    try:
+        run = subprocess.run(
+            [sys.executable, "-m", "ddp_helpers", "grade", *args],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=environ,
+        )
+        run.tmp_left = sorted(p.name for p in tmpdir.iterdir())
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+    return run
 
 
 def _rows(path: Path) -> dict[str, dict]:
@@ -98,19 +115,24 @@ def _left(tmp: Path) -> list[str]:
         try:
             if p.status() == psutil.STATUS_ZOMBIE or p.pid == os.getpid():
                 continue
-            cwd = Path(p.cwd())
-            # A sandboxed batch's folder may be /tmp/ddp-grade-batch-* (batch._short_tmp).
-            # Not any ddp-grade- folder: test_grading's batches, in another worker, work in
-            # /tmp/ddpt-*/ddp-grade-batch-* at the same time.
-            in_tmp = cwd.parts[:2] == ("/", "tmp") and len(cwd.parts) > 2
-            ours = cwd.is_relative_to(tmp) or (
-                in_tmp and cwd.parts[2].startswith("ddp-grade-batch-")
-            )
+            cwd = Path(p.cwd())  # a folder since removed reads "... (deleted)", still below
+            # Not any ddp-grade- folder: other tests' batches work in theirs at the same time.
+            ours = cwd.is_relative_to(tmp) or cwd.is_relative_to(_tmpdir(tmp))
             if ours or p.cmdline() == ["sleep", FLOOD_SECONDS]:
                 found.append(" ".join(p.cmdline()))
         except (psutil.Error, OSError):
             continue
     return found
+
+
+@contextlib.contextmanager
+def _marks_removed(writable: list[str], mark: str):
+    """What a broken sandbox let a probe write is not left in the course, whatever happens."""
+    try:
+        yield
+    finally:
+        for folder in writable:
+            (Path(folder) / mark).unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="module")
@@ -130,35 +152,34 @@ def sandboxed(tmp_path_factory):
     mark = f"probe-{uuid.uuid4().hex[:8]}"  # a name of this run's own
     make_hostile_submissions(tmp / "subs", readable, writable, mark)
     make_leaking_submission(tmp / "subs", GIVEN[0])
-    folders = set(glob.glob("/tmp/ddp-grade-*"))
-    run = _grade(
-        ["subs", "--memory", "2G", "--jobs", "2", "--timeout", str(TIMEOUT), *OUTPUTS],
-        tmp,
-        **SECRETS,
-    )
-    assert run.returncode == 0, run.stderr
-    assert WITHOUT not in run.stderr, run.stderr  # it says why, and how to install it
-    feedback = {n: _feedback(tmp / "feedback", n) for n in ("a_probe", "b_probe")}
-    seen = {}
-    for name, text in feedback.items():
-        found = re.search(r"RuntimeError: PROBE (\{.*\})", text)
-        assert found, f"the probe of {name} did not report:\n{text}"
-        seen[name] = json.loads(found.group(1))
-    yield {
-        "tmp": tmp,
-        "run": run,
-        "rows": _rows(tmp / "grades.csv"),
-        "seen": seen,
-        "readable": readable,
-        "writable": writable,
-        "mark": mark,
-        "left": _left(tmp),
-        "folders_left": set(glob.glob("/tmp/ddp-grade-*")) - folders,
-        "outputs": _outputs(tmp),
-        "leak": _leak_outputs(tmp),
-    }
-    for folder in writable:  # what a broken sandbox let through is not left in the course
-        (Path(folder) / mark).unlink(missing_ok=True)
+    with _marks_removed(writable, mark):  # also when the run itself fails
+        folders = set(glob.glob("/tmp/ddp-grade-*"))
+        run = _grade(
+            ["subs", "--memory", "2G", "--jobs", "2", "--timeout", str(TIMEOUT), *OUTPUTS],
+            tmp,
+            **SECRETS,
+        )
+        assert run.returncode == 0, run.stderr
+        assert WITHOUT not in run.stderr, run.stderr  # it says why, and how to install it
+        feedback = {n: _feedback(tmp / "feedback", n) for n in ("a_probe", "b_probe")}
+        seen = {}
+        for name, text in feedback.items():
+            found = re.search(r"RuntimeError: PROBE (\{.*\})", text)
+            assert found, f"the probe of {name} did not report:\n{text}"
+            seen[name] = json.loads(found.group(1))
+        yield {
+            "tmp": tmp,
+            "run": run,
+            "rows": _rows(tmp / "grades.csv"),
+            "seen": seen,
+            "readable": readable,
+            "writable": writable,
+            "mark": mark,
+            "left": _left(tmp),
+            "folders_left": (set(glob.glob("/tmp/ddp-grade-*")) - folders) | set(run.tmp_left),
+            "outputs": _outputs(tmp),
+            "leak": _leak_outputs(tmp),
+        }
 
 
 def test_the_only_network_interface_is_loopback(sandboxed):
