@@ -704,6 +704,9 @@ q1 = Exercise(
         "wrap_gpu_error": Mistake(),
     },
 )
+# Counted by the pace rule (8 minutes with the check): the prompt gives the pattern (broadcast
+# rank 0's copy, count the differences, all_reduce the count). At the calibration, when the
+# prompt left that pattern to invent, it stated 13 minutes of its own (docs/learners.md).
 q2 = Exercise(
     "3.2",
     "params_in_sync",
