@@ -29,17 +29,53 @@ MESSAGES = messages(
         "no_effect": "applied in torch {version}, it changes nothing",
         "no_error": "torch {version} raises no error there",
         "other_text": "torch {version} says: {said}",
+        # What a touchpoint is, where that is prose, and what its fallback loses.
+        "peer_text.what": (
+            "gloo's and c10d's error text ('Connection reset/closed by peer', 'distributed_c10d')"
+        ),
+        "load_device_text.what": (
+            "torch.load's error text for a device this machine lacks ('deserialize object on')"
+        ),
+        "rendezvous_store.lost": (
+            "torch creates the store itself on MASTER_PORT: it listens on every interface, and "
+            "a MASTER_PORT the notebook sets is used as it is"
+        ),
+        "listen_fd.lost": (
+            "torch creates the store itself on MASTER_PORT: it listens on every interface, and "
+            "a MASTER_PORT the notebook sets is used as it is"
+        ),
+        "dynamo_preload.lost": "the first DDP(...) in every rank takes 1-2 s longer",
+        "keep_groups.lost": (
+            "a rank that frees a gloo group (destroy_process_group(), or the DDP model that "
+            "holds it) after a backward can hang until the launch's timeout"
+        ),
+        "debug_level.lost": (
+            "TORCH_DISTRIBUTED_DEBUG only takes effect if it was set before the first launch"
+        ),
+        "peer_text.lost": "the earliest failure is blamed, which may be a victim",
+        "load_device_text.lost": (
+            "lesson 04's load check shows torch's own error, not its hint, for a checkpoint "
+            "loaded without map_location"
+        ),
     },
 )
 
 
 @dataclass(frozen=True)
 class Touchpoint:
-    """One internal of torch the launcher uses: what, and what its fallback loses."""
+    """One internal of torch the launcher uses: what (the code it names, or, where that is
+    prose, MESSAGES[f"{name}.what"]), and what its fallback loses (MESSAGES[f"{name}.lost"])."""
 
     name: str
-    what: str
-    lost: str
+    code: str | None = None
+
+    @property
+    def what(self) -> str:
+        return self.code if self.code is not None else MESSAGES[f"{self.name}.what"]
+
+    @property
+    def lost(self) -> str:
+        return MESSAGES[f"{self.name}.lost"]
 
 
 TOUCHPOINTS = {
@@ -48,57 +84,27 @@ TOUCHPOINTS = {
         # Rank 0 serves the process group's store on the socket the launcher bound to
         # 127.0.0.1 before any rank started: no port race, no store reachable from the
         # network, and a lesson's own MASTER_PORT=12355 never collides with another notebook.
-        Touchpoint(
-            "rendezvous_store",
-            "torch.distributed.rendezvous._create_c10d_store",
-            "torch creates the store itself on MASTER_PORT: it listens on every interface, and "
-            "a MASTER_PORT the notebook sets is used as it is",
-        ),
+        Touchpoint("rendezvous_store", "torch.distributed.rendezvous._create_c10d_store"),
         # The store takes over the launcher's listening socket (libuv store, torch >= 2.8).
-        Touchpoint(
-            "listen_fd",
-            "TCPStore(master_listen_fd=...)",
-            "torch creates the store itself on MASTER_PORT: it listens on every interface, and "
-            "a MASTER_PORT the notebook sets is used as it is",
-        ),
+        Touchpoint("listen_fd", "TCPStore(master_listen_fd=...)"),
         # DDP imports torch._dynamo when a model is wrapped; the launcher's helper imports
         # it once, while idle, so that no rank pays 1-2 s for it (warm_modules).
-        Touchpoint(
-            "dynamo_preload",
-            "torch._dynamo",
-            "the first DDP(...) in every rank takes 1-2 s longer",
-        ),
+        Touchpoint("dynamo_preload", "torch._dynamo"),
         # Every process group a rank destroys stays referenced until the rank's os._exit,
         # so no gloo group is freed while Python runs: freeing one can deadlock gloo's
         # worker thread against the GIL (torch 2.13, under load; see keep_groups_until_exit).
         Touchpoint(
-            "keep_groups",
-            "torch.distributed.destroy_process_group, distributed_c10d._world.pg_map",
-            "a rank that frees a gloo group (destroy_process_group(), or the DDP model that "
-            "holds it) after a backward can hang until the launch's timeout",
+            "keep_groups", "torch.distributed.destroy_process_group, distributed_c10d._world.pg_map"
         ),
         # TORCH_DISTRIBUTED_DEBUG set in the notebook takes effect in the ranks (torch reads
         # it once, at import, in the launcher's helper).
-        Touchpoint(
-            "debug_level",
-            "torch.distributed.set_debug_level_from_env",
-            "TORCH_DISTRIBUTED_DEBUG only takes effect if it was set before the first launch",
-        ),
+        Touchpoint("debug_level", "torch.distributed.set_debug_level_from_env"),
         # Tells a rank that failed because a peer died (a victim) from the rank that caused
         # it, and a collective mismatch from other crashes.
-        Touchpoint(
-            "peer_text",
-            "gloo's and c10d's error text ('Connection reset/closed by peer', 'distributed_c10d')",
-            "the earliest failure is blamed, which may be a victim",
-        ),
+        Touchpoint("peer_text"),
         # Lesson 04's load check tells a checkpoint loaded without map_location (its tensors
         # saved on a GPU this machine lacks) from the answer's other errors by torch's text.
-        Touchpoint(
-            "load_device_text",
-            "torch.load's error text for a device this machine lacks ('deserialize object on')",
-            "lesson 04's load check shows torch's own error, not its hint, for a checkpoint "
-            "loaded without map_location",
-        ),
+        Touchpoint("load_device_text"),
     )
 }
 
