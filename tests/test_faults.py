@@ -246,26 +246,29 @@ def test_seventy_ranks_start_and_return():
 def test_a_rank_that_cannot_be_forked_is_named_and_the_launcher_lives_on(monkeypatch):
     from ddp_helpers.launcher import client
 
-    launch(lambda: None, nprocs=2)
-    zygote = client.running()
-    # The zygote's fork of rank 10 fails with EAGAIN (a test-only hook in zygote.py), as
-    # under RLIMIT_NPROC: ranks 0-9, already started, must be stopped.
-    monkeypatch.setenv("DDP_HELPERS_TEST_FORK_FAILS_AT", "10")
-    start = time.monotonic()
-    with pytest.raises(DistributedError) as info:
-        launch(time.sleep, 60, nprocs=12, timeout=30)
-    assert time.monotonic() - start < 10
-    err = info.value
-    assert err.kind == "start" and err.rank == 10
-    assert "Rank 10 of 12 could not be started" in str(err)
-    assert "Resource temporarily unavailable" in str(err)
-    assert "helper process died" not in str(err)
-    monkeypatch.delenv("DDP_HELPERS_TEST_FORK_FAILS_AT")
-    left = [p.name() for p in psutil.Process(zygote.proc.pid).children()]
-    assert all(name == "ddp-spare" for name in left), left
-    assert client.running() is zygote  # the same, healthy zygote
-    assert sorted(launch(lambda: os.environ["RANK"], nprocs=2)) == ["0", "1"]
-    assert client.running() is zygote
+    # A zygote whose fork of rank 10 fails with EAGAIN (Zygote's fork_fails_at), as under
+    # RLIMIT_NPROC: ranks 0-9, already started, must be stopped.
+    zygote = client.ZygoteClient(fork_fails_at=10)
+    try:
+        monkeypatch.setattr(client, "_zygote", zygote)
+        launch(lambda: None, nprocs=2)
+        assert client.running() is zygote
+        start = time.monotonic()
+        with pytest.raises(DistributedError) as info:
+            launch(time.sleep, 60, nprocs=12, timeout=30)
+        assert time.monotonic() - start < 10
+        err = info.value
+        assert err.kind == "start" and err.rank == 10
+        assert "Rank 10 of 12 could not be started" in str(err)
+        assert "Resource temporarily unavailable" in str(err)
+        assert "helper process died" not in str(err)
+        left = [p.name() for p in psutil.Process(zygote.proc.pid).children()]
+        assert all(name == "ddp-spare" for name in left), left
+        assert client.running() is zygote  # the same, healthy zygote
+        assert sorted(launch(lambda: os.environ["RANK"], nprocs=2)) == ["0", "1"]
+        assert client.running() is zygote
+    finally:
+        zygote.close()
 
 
 def save_twice_dying_in_the_second(path):

@@ -34,12 +34,16 @@ MESSAGES = messages(
 class ZygoteClient:
     """One zygote process and the socket to it; what it found (GPUs, torch touchpoints)."""
 
-    def __init__(self):
+    def __init__(self, fork_fails_at: int | None = None):
+        """`fork_fails_at`: for the tests, a rank that no launch can fork (Zygote's)."""
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         env = with_this_package(zygote_environment(os.environ))
+        argv = [sys.executable, "-m", "ddp_helpers.launcher.zygote", str(child.fileno())]
+        if fork_fails_at is not None:
+            argv.append(str(fork_fails_at))
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "ddp_helpers.launcher.zygote", str(child.fileno())],
+                argv,
                 pass_fds=[child.fileno()],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,

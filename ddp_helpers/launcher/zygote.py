@@ -84,9 +84,12 @@ SPARE_AFTER = 0.02
 class Zygote:
     MAX_SPARES = 8
 
-    def __init__(self, sock: socket.socket, compat: dict):
+    def __init__(self, sock: socket.socket, compat: dict, fork_fails_at: int | None = None):
         self.sock = sock
         self.compat = compat
+        # For the tests: the rank of every launch that cannot be forked (EAGAIN, as under
+        # RLIMIT_NPROC, which root, who runs the tests, is exempt from). None: no such rank.
+        self.fork_fails_at = fork_fails_at
         self.children: dict[int, tuple[int, int]] = {}  # pid -> (launch id, rank)
         # Forked ahead of time, each waiting on its socket for a rank to become: a launch
         # then costs no fork at all. Refilled while a launch runs, past its start, or when
@@ -261,13 +264,10 @@ class Zygote:
         self.launched_at = time.monotonic()
         self.pool_size = min(nprocs, self.MAX_SPARES)
         pids = []
-        # Test-only: the rank named here cannot be forked (EAGAIN, as under RLIMIT_NPROC,
-        # which root, who runs the tests, is exempt from). tests/test_faults.py sets it.
-        fork_fails_at = req.env.get("DDP_HELPERS_TEST_FORK_FAILS_AT")
         rank = 0
         try:
             for rank in range(nprocs):
-                if str(rank) == fork_fails_at:
+                if rank == self.fork_fails_at:
                     raise BlockingIOError(errno.EAGAIN, os.strerror(errno.EAGAIN))
                 # Four pipes per rank; rank 0 also gets the store's listening socket.
                 mine = tuple(fds[4 * rank : 4 * rank + 4]) + (tuple(fds[-1:]) if rank == 0 else ())
@@ -337,7 +337,10 @@ class Zygote:
 
 
 def main() -> None:
+    """`python -m ddp_helpers.launcher.zygote FD [FORK_FAILS_AT]`: serve the kernel on the
+    socket FD (ZygoteClient passes both)."""
     fd = int(sys.argv[1])
+    fork_fails_at = int(sys.argv[2]) if len(sys.argv) > 2 else None
     sock = socket.socket(fileno=fd)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # interrupts are the kernel's to handle
     # Blocked here, and so in every rank forked from here: RELEASE tells rank 0, whenever it
@@ -362,7 +365,7 @@ def main() -> None:
         wire.send(sock, ready)
     except OSError:  # the kernel (or the grader's scorer) went away while torch loaded
         return
-    Zygote(sock, compat).serve()
+    Zygote(sock, compat, fork_fails_at).serve()
 
 
 if __name__ == "__main__":
