@@ -234,7 +234,7 @@ def _add_confinement(box) -> None:
 
 
 def _grade(args, parser) -> int:
-    from .grading import GradeOptions, GradingError, run_batch
+    from .grading import GradeOptions, GradingError, TimeBudget, run_batch
     from .grading.sandbox import SandboxError
 
     if args.jobs < 1:
@@ -244,7 +244,7 @@ def _grade(args, parser) -> int:
     options = GradeOptions(
         out=args.out,
         feedback=args.feedback,
-        timeout=args.timeout,
+        budget=TimeBudget(notebook=args.timeout),
         jobs=args.jobs,
         lesson=args.lesson,
         gradescope=args.gradescope,

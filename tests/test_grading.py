@@ -40,6 +40,7 @@ from ddp_helpers.grading import (
     Row,
     Status,
     Submission,
+    TimeBudget,
     reports,
     scorer,
     submissions,
@@ -767,7 +768,7 @@ def _fake(slow: str, always: bool = False, seconds: float = 0.3, ctrl_c: str | N
 
     lock, running, calls = threading.Lock(), [0], []
 
-    def fake(sub, timeout, cancel=None, tmp_root=None):
+    def fake(sub, budget, cancel=None, tmp_root=None):
         if ctrl_c is not None and sub.name.startswith(ctrl_c):
             while not any(name.startswith(slow) for name, _ in calls):
                 time.sleep(0.01)
@@ -791,7 +792,9 @@ def _fake(slow: str, always: bool = False, seconds: float = 0.3, ctrl_c: str | N
 
 
 def _grade_three(tmp_path, jobs: int, err, fake) -> list:
-    options = GradeOptions(out=tmp_path / "g.csv", feedback=tmp_path / "fb", jobs=jobs, timeout=5)
+    options = GradeOptions(
+        out=tmp_path / "g.csv", feedback=tmp_path / "fb", jobs=jobs, budget=TimeBudget(notebook=5)
+    )
     return grading.grade(_three_copies(tmp_path), options, stream=err, grade_one=fake)
 
 

@@ -418,6 +418,7 @@ def run(root: Path) -> int:
     """Grade root/submission into root/results/results.json; 0, or 2 with the error said."""
     from .api import run_batch
     from .batch import GradeOptions
+    from .budget import TimeBudget
     from .gradescope import write_results
     from .results import Row, Submission
     from .submissions import GradingError
@@ -435,7 +436,7 @@ def run(root: Path) -> int:
     with tempfile.TemporaryDirectory(prefix="ddp-autograder-") as tmp:
         options = GradeOptions(
             out=os.path.join(tmp, "grades.csv"),
-            timeout=float(config["timeout"]),
+            budget=TimeBudget(notebook=float(config["timeout"])),
             lesson=config["lesson"],
             gradescope=results,
             hidden_visibility=config["hidden_visibility"],

@@ -19,7 +19,7 @@ from pathlib import Path
 from .. import i18n
 from ..i18n import messages
 from . import dispatch
-from .defaults import DEFAULT_TIMEOUT
+from .budget import TimeBudget
 from .outputs import ClassReport, FeedbackFiles, GradescopeResults, GradesCsv, Output
 from .reports import Progress, feedback_names, in_order, summary
 from .results import Event, Row, Status, Submission
@@ -67,7 +67,7 @@ class GradeOptions:
 
     out: str | Path = "grades.csv"  # the CSV
     feedback: str | Path | None = None  # a folder: one Markdown file per submission
-    timeout: float = DEFAULT_TIMEOUT  # seconds a notebook may run
+    budget: TimeBudget = TimeBudget()  # the time each submission may take (budget.py)
     jobs: int = 1  # submissions graded at once
     lesson: str | None = None  # the lesson asked for: notebooks of others are invalid
     confinement: Confinement | None = None  # the sandbox and the limits (sandbox.choose)
@@ -168,7 +168,7 @@ def grade(
 
     The rows come back in submission order. A submission that runs past the limit while
     others are graded beside it (jobs > 1) is graded again alone once the rest are done.
-    Progress and the summary go to `stream` (stderr). `grade_one(sub, timeout, cancel,
+    Progress and the summary go to `stream` (stderr). `grade_one(sub, budget, cancel,
     tmp_root) -> Row` grades one submission: by default dispatch.grade_one, a worker
     process confined as options.confinement says.
     """
@@ -199,12 +199,12 @@ def outputs_for(subs: list[Submission], options: GradeOptions, warn) -> list[Out
     names = feedback_names(subs)
     outputs: list[Output] = [GradesCsv(options.out, columns_for(subs))]
     if options.feedback is not None:
-        outputs.append(FeedbackFiles(options.feedback, names, options.timeout, warn))
+        outputs.append(FeedbackFiles(options.feedback, names, options.budget.notebook, warn))
     if options.gradescope is not None:
         visibility = options.hidden_visibility
         outputs.append(GradescopeResults(options.gradescope, names, visibility, warn))
     if options.report is not None:
-        outputs.append(ClassReport(options.report, options.timeout))
+        outputs.append(ClassReport(options.report, options.budget.notebook))
     return outputs
 
 
@@ -239,7 +239,10 @@ class _Run:
         count, options = len(self.subs), self.options
         self.progress.say(
             INSTRUCTOR_TEXT["start"].format(
-                count=count, s="" if count == 1 else "s", jobs=options.jobs, limit=options.timeout
+                count=count,
+                s="" if count == 1 else "s",
+                jobs=options.jobs,
+                limit=options.budget.notebook,
             )
         )
         for sub in self.subs:  # invalid ones need no kernel: their rows come first
@@ -309,7 +312,7 @@ class _Run:
                 self.progress.running = len(batch.running)
             if sub is None:
                 return
-            row = self.grade_one(sub, self.options.timeout, self.cancel, self.tmp_root)
+            row = self.grade_one(sub, self.options.budget, self.cancel, self.tmp_root)
             with self.lock:
                 try:
                     if self.cancel.is_set():

@@ -19,10 +19,9 @@ from .. import i18n
 from ..exercises.verdicts import CheckStatus
 from ..i18n import messages
 from ..procs import describe_exit, stop_tree, supervise, with_this_package
+from .budget import TimeBudget
 from .results import Event, ExerciseScore, Outcome, Row, Status, Submission
 from .sandbox import CGROUP_NAME_ENV, Confinement, cgroup_name, remove_leftover_cgroups
-from .scorer import MIN_CHECK_LIMIT
-from .worker import KERNEL_START_LIMIT
 
 WORKER_GRACE = 15.0  # seconds a stopped worker gets to kill what it started and clean up
 
@@ -51,7 +50,7 @@ MESSAGES = messages(
 
 def grade_one(
     sub: Submission,
-    timeout: float,
+    budget: TimeBudget,
     cancel: threading.Event | None = None,
     tmp_root: str | None = None,
     confinement: Confinement | None = None,
@@ -59,10 +58,10 @@ def grade_one(
     """Grade one submission in a worker process; always returns its Row, never raises.
     What it says of the run is in the submission's language."""
     with i18n.using(sub.language):
-        return _grade_one(sub, timeout, cancel, tmp_root, confinement)
+        return _grade_one(sub, budget, cancel, tmp_root, confinement)
 
 
-def _grade_one(sub, timeout, cancel, tmp_root, confinement) -> Row:
+def _grade_one(sub, budget: TimeBudget, cancel, tmp_root, confinement) -> Row:
     from ..exercises import exercises_of
 
     if sub.problem is not None:
@@ -70,10 +69,10 @@ def _grade_one(sub, timeout, cancel, tmp_root, confinement) -> Row:
     started = time.monotonic()
     exercises = exercises_of(sub.lesson)
     # Backstop only: the worker enforces the limits itself and reports on them.
-    limit = KERNEL_START_LIMIT + timeout + len(exercises) * max(timeout, MIN_CHECK_LIMIT) + 120
+    limit = budget.total(len(exercises))
     try:
         conf = confinement or Confinement()
-        outcome, failure = _run_worker(sub, timeout, limit, cancel, tmp_root, conf)
+        outcome, failure = _run_worker(sub, budget, limit, cancel, tmp_root, conf)
     except Exception as exc:  # noqa: BLE001 - the grader's own trouble costs this row only
         outcome = None
         failure = MESSAGES["grader_raised"].format(error=f"{type(exc).__name__}: {exc}")
@@ -96,7 +95,7 @@ def _grade_one(sub, timeout, cancel, tmp_root, confinement) -> Row:
 
 
 def _run_worker(
-    sub, timeout, limit, cancel, tmp_root, conf: Confinement
+    sub, budget: TimeBudget, limit, cancel, tmp_root, conf: Confinement
 ) -> tuple[Outcome | None, str | None]:
     """(the worker's outcome, None) or (None, why there is none); nothing it started survives."""
     env = with_this_package(dict(os.environ))
@@ -106,7 +105,7 @@ def _run_worker(
     env[CGROUP_NAME_ENV] = cgroups = cgroup_name()
     proc = subprocess.Popen(
         [sys.executable, "-P", "-m", "ddp_helpers.grading.worker"]
-        + [str(sub.path), sub.lesson, repr(float(timeout)), json.dumps(conf.to_json())],
+        + [str(sub.path), sub.lesson, json.dumps(budget.to_json()), json.dumps(conf.to_json())],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -20,8 +20,6 @@ from ..procs import describe_exit, kill_descendants, stop_tree, supervise
 from .kernel import start_logged
 from .results import Event, ExerciseScore
 
-MIN_CHECK_LIMIT = 60.0  # the rank checks have their own 30 s hang detection; let it speak
-
 # The grader's own mistakes (keys as in the exercises' tables: a message under its key, a
 # title for the class report under f"{key}.title"; "missing" is the exercises' key too).
 MESSAGES = messages(

@@ -2,7 +2,7 @@
 fresh kernel, then its answers are scored (scorer.py). The grader starts one worker per
 submission and supervises it (dispatch.py); nothing here runs in the grader.
 
-`python -m ddp_helpers.grading.worker NOTEBOOK LESSON TIMEOUT CONFINEMENT` prints one
+`python -m ddp_helpers.grading.worker NOTEBOOK LESSON BUDGET CONFINEMENT` prints one
 JSON line, the submission's Outcome. The worker is a child subreaper (Linux), so every
 process the submission starts (kernel, launcher, ranks, anything that daemonised) ends up
 as its descendant and is killed before the outcome is printed. The answers leave the
@@ -23,13 +23,12 @@ import time
 from .. import i18n
 from ..i18n import messages
 from ..procs import become_subreaper, die_with_parent, kill_descendants
+from .budget import TimeBudget
 from .kernel import Kernel, KernelDied, error_text
 from .results import Event, Outcome, Status
 from .sandbox import CGROUP_NAME_ENV, Cage, Confinement
-from .scorer import MIN_CHECK_LIMIT, score
+from .scorer import score
 from .submissions import code_sources, language_of
-
-KERNEL_START_LIMIT = 60.0  # seconds for a fresh kernel to answer; not counted in TIMEOUT
 
 MESSAGES = messages(
     "grading.worker",
@@ -81,7 +80,7 @@ def _first_line(source: str) -> str:
 
 
 def run_notebook(
-    cells: list[str], names: list[str], workdir: str, limit: float, cage: Cage, env=None
+    cells: list[str], names: list[str], workdir: str, budget: TimeBudget, cage: Cage, env=None
 ) -> tuple[Status, list[Event], float]:
     """Run the code cells in a fresh kernel, in the cage, taking the answers out after each.
 
@@ -95,11 +94,11 @@ def run_notebook(
     kernel = Kernel(workdir, cage.env() if env is None else env, cage)
     try:
         try:
-            kernel.wait_ready(KERNEL_START_LIMIT)
+            kernel.wait_ready(budget.kernel_start)
         except (KernelDied, TimeoutError) as exc:
             text = MESSAGES["kernel_start"].format(why=exc, log=kernel.log_tail())
             return Status.ERROR, [Event("kernel", text)], time.monotonic() - started
-        deadline = time.monotonic() + limit
+        deadline = time.monotonic() + budget.notebook
         for number, source in enumerate(cells, 1):
             where = {"cell": number, "first_line": _first_line(source)}
             try:
@@ -107,11 +106,11 @@ def run_notebook(
             except TimeoutError as exc:
                 error = kernel.interrupt(exc.args[0])
                 status = Status.TIMEOUT
-                text = MESSAGES["timeout"].format(limit=limit, **where)
+                text = MESSAGES["timeout"].format(limit=budget.notebook, **where)
                 events.append(Event("timeout", text, error_text(error) if error else "", number))
                 if error is not None:  # the kernel came back: what it defined still counts
                     with contextlib.suppress(TimeoutError, KernelDied):
-                        kernel.execute(probe, time.monotonic() + 30, silent=True)
+                        kernel.execute(probe, time.monotonic() + budget.probe, silent=True)
                 break
             except KernelDied as exc:
                 status = Status.ERROR
@@ -155,16 +154,16 @@ def _stop_with_the_grader() -> None:
 
 
 def run_and_score(
-    path: str, lesson: str, limit: float, confinement: Confinement | None = None
+    path: str, lesson: str, budget: TimeBudget, confinement: Confinement | None = None
 ) -> Outcome:
     """Run and score one notebook; nothing it started is left when this returns. What it
     says (the feedback's events) is in the notebook's language."""
     with i18n.using(language_of(path)):
-        return _run_and_score(path, lesson, limit, confinement)
+        return _run_and_score(path, lesson, budget, confinement)
 
 
 def _run_and_score(
-    path: str, lesson: str, limit: float, confinement: Confinement | None
+    path: str, lesson: str, budget: TimeBudget, confinement: Confinement | None
 ) -> Outcome:
     from ..exercises import exercises_of
 
@@ -182,7 +181,7 @@ def _run_and_score(
     try:
         cells = code_sources(path)
         status, events, run_seconds = run_notebook(
-            cells, [ex.name for ex in exercises], workdir, limit, cage, env
+            cells, [ex.name for ex in exercises], workdir, budget, cage, env
         )
         kill_descendants()  # the kernel's launcher and ranks, before the learner's code runs again
         started = time.monotonic()
@@ -191,7 +190,7 @@ def _run_and_score(
             lesson,
             workdir,
             env,
-            max(limit, MIN_CHECK_LIMIT),
+            budget.check,
             cage,
         )
         kinds = {e.kind for e in check_events}
@@ -213,9 +212,12 @@ def _run_and_score(
 
 
 def main(argv: list[str]) -> int:
-    path, lesson, limit, confinement = argv
+    path, lesson, budget, confinement = argv
     outcome = run_and_score(
-        path, lesson, float(limit), Confinement.from_json(json.loads(confinement))
+        path,
+        lesson,
+        TimeBudget.from_json(json.loads(budget)),
+        Confinement.from_json(json.loads(confinement)),
     )
     sys.stdout.write(json.dumps(outcome.to_json()) + "\n")
     sys.stdout.flush()
