@@ -3,6 +3,7 @@ what it saw of each rank goes out as records (failures.py words and blames them)
 
 from __future__ import annotations
 
+import enum
 import os
 import selectors
 import signal
@@ -24,6 +25,41 @@ from .protocol import (
     StartFailed,
     expect,
 )
+
+
+class Phase(enum.Enum):
+    """Where a run is. It only moves along NEXT."""
+
+    STARTING = "starting"  # the pipes are made, the request is not sent yet
+    REQUESTED = "requested"  # the zygote is forking the ranks
+    RUNNING = "running"  # the ranks exist (the zygote said Started)
+    DUMPING = "dumping"  # every live rank was asked for its stack; they are killed next
+    STOPPING = "stopping"  # SIGTERM sent; SIGKILL follows after StopPolicy.term_to_kill
+    KILLED = "killed"  # SIGKILL sent: only their exits and output are awaited
+    DONE = "done"  # every pipe closed: the run is over
+
+
+NEXT = {
+    Phase.STARTING: {Phase.REQUESTED, Phase.KILLED, Phase.DONE},
+    Phase.REQUESTED: {Phase.RUNNING, Phase.KILLED, Phase.DONE},
+    Phase.RUNNING: {Phase.DUMPING, Phase.STOPPING, Phase.KILLED, Phase.DONE},
+    Phase.DUMPING: {Phase.KILLED, Phase.DONE},
+    Phase.STOPPING: {Phase.KILLED, Phase.DONE},
+    Phase.KILLED: {Phase.KILLED, Phase.DONE},  # a second stop press kills again
+    Phase.DONE: set(),
+}
+
+
+class Reason(enum.IntEnum):
+    """Why a run stops before every rank returned. When several come, the higher one is the
+    reason: it is what the run's error reports (failures.run_error judges in this order)."""
+
+    FAILURE = 1  # a rank raised or exited: the others are stopped after a grace
+    TIMEOUT = 2  # the launch's timeout passed: stacks, then kill
+    INTERRUPT = 3  # stop pressed: stacks (at most 1 s), then kill; a second press kills
+    LAUNCHER_DIED = 4  # the zygote's socket closed
+    PROTOCOL = 5  # a message that could not be read: kill
+    START_FAILED = 6  # a rank could not be forked: the zygote stopped the others
 
 
 class _Rank:
@@ -75,20 +111,34 @@ class Run:
         self.ranks = [_Rank(r) for r in range(self.nprocs)]
         self.fds: dict[int, tuple[int, str]] = {}
         self.sel = selectors.DefaultSelector()
-        self.phase = "starting"
-        self.deadline: float | None = None  # counted from when the ranks exist ("started")
-        self.stop_at: float | None = None  # set on the first failure: the others stop then
-        self.stop_sent_at: float | None = None
-        self.killed = False
-        self.dump_sent_at: float | None = None
-        self.timed_out = False
-        self.interrupted = False
-        self.launcher_died = False
-        # A message the kernel, the zygote or a rank could not read (protocol.expect).
+        self.phase = Phase.STARTING
+        self.reason: Reason | None = None  # None while no reason to stop has come
+        # What the reason says more: a message the kernel, the zygote or a rank could not
+        # read (PROTOCOL); the rank the zygote could not fork (START_FAILED).
         self.protocol_error: str | None = None
-        # A rank the zygote could not fork; it stopped the ranks already forked, and stays up.
         self.start_failure: StartFailed | None = None
-        self.done = False
+        # When things happened, or are due (time.monotonic()).
+        self.deadline: float | None = None  # the timeout, counted from Started
+        self.stop_at: float | None = None  # after a failure: when the others get SIGTERM
+        self.stop_sent_at: float | None = None
+        self.dump_sent_at: float | None = None
+
+    def _to(self, phase: Phase) -> None:
+        if phase not in NEXT[self.phase]:
+            raise RuntimeError(f"launcher bug: run {self.id} went from {self.phase} to {phase}")
+        self.phase = phase
+
+    def _because(self, reason: Reason) -> None:
+        if self.reason is None or reason > self.reason:
+            self.reason = reason
+
+    @property
+    def done(self) -> bool:
+        return self.phase is Phase.DONE
+
+    @property
+    def interrupted(self) -> bool:
+        return self.reason is Reason.INTERRUPT
 
     @property
     def records(self) -> list[RankRecord]:
@@ -102,10 +152,10 @@ class Run:
             nprocs=self.nprocs,
             records=self.records,
             timeout=self.timeout,
-            timed_out=self.timed_out,
-            start_failure=self.start_failure,
-            launcher_died=self.launcher_died,
-            protocol_error=self.protocol_error,
+            timed_out=self.reason is Reason.TIMEOUT,
+            start_failure=self.start_failure if self.reason is Reason.START_FAILED else None,
+            launcher_died=self.reason is Reason.LAUNCHER_DIED,
+            protocol_error=self.protocol_error if self.reason is Reason.PROTOCOL else None,
         )
 
     # -- start
@@ -130,7 +180,7 @@ class Run:
             for w in child_ends:
                 os.close(w)
         self.sel.register(self.zygote.sock, selectors.EVENT_READ)
-        self.phase = "requested"  # "running" once the zygote says the ranks exist
+        self._to(Phase.REQUESTED)  # RUNNING once the zygote says the ranks exist
 
     # -- the loop
 
@@ -149,14 +199,11 @@ class Run:
         """Stop pressed: ask the running ranks where they are (for the cell), then kill
         them; a second press, or one before they exist (the zygote still busy), kills at
         once."""
-        now = time.monotonic()
-        if not self.interrupted and self.phase == "running":
-            self.interrupted = True
-            self.phase = "dumping"
-            self.dump_sent_at = now
-            self._signal(signal.SIGUSR1, group=False)
+        first = not self.interrupted
+        self._because(Reason.INTERRUPT)
+        if first and self.phase is Phase.RUNNING:
+            self._dump()
             return
-        self.interrupted = True
         self._stop(signal.SIGKILL)
 
     def kill(self) -> None:
@@ -168,23 +215,24 @@ class Run:
     def _step(self) -> None:
         now = time.monotonic()
         self._check_deadlines(now)
-        if self.start_failure is not None:  # no rank of this run is left to wait for
+        if self.reason is Reason.START_FAILED:  # no rank of this run is left to wait for
             self._finish()
             return
-        if self.protocol_error is not None:
+        if self.reason is Reason.PROTOCOL:
             self.kill()
             return
         # Past this, a rank that was SIGKILLed and never reported means the zygote is wedged.
         policy = self.policy
         give_up = policy.wedged_interrupted if self.interrupted else policy.wedged
-        if self.killed and now - self.stop_sent_at > give_up:
+        if self.phase is Phase.KILLED and now - self.stop_sent_at > give_up:
             self._finish()
             return
-        if all(s.settled(now, policy.drain) for s in self.ranks) or self.launcher_died:
+        gone = self.reason is Reason.LAUNCHER_DIED
+        if gone or all(s.settled(now, policy.drain) for s in self.ranks):
             last_exit = max((s.record.exited_at or now) for s in self.ranks)
             # Output pipes end when the rank (and any child of it) is gone.
             late = now - last_exit > policy.output_after_exit
-            if not self._open_output() or late or self.launcher_died:
+            if not self._open_output() or late or gone:
                 self._finish()
                 return
         for key, _ in self.sel.select(timeout=0.05):
@@ -195,6 +243,7 @@ class Run:
                     self._on_pipe(key.fd)
             except ProtocolError as exc:  # the next step stops the ranks
                 self.protocol_error = str(exc)
+                self._because(Reason.PROTOCOL)
                 return
         self._check_failure()
 
@@ -206,7 +255,7 @@ class Run:
             msg, fds = wire.recv(self.zygote.sock)
         except (EOFError, OSError):
             self.sel.unregister(self.zygote.sock)
-            self.launcher_died = True
+            self._because(Reason.LAUNCHER_DIED)
             return
         for fd in fds:
             os.close(fd)
@@ -216,14 +265,15 @@ class Run:
         if msg.id != self.id:
             return
         if isinstance(msg, Started):
-            if self.phase == "requested":
-                self.phase = "running"
+            if self.phase is Phase.REQUESTED:  # not when stopped before the ranks existed
+                self._to(Phase.RUNNING)
             if self.timeout is not None:
                 self.deadline = time.monotonic() + self.timeout
         elif isinstance(msg, Exited):
             self._on_exit(msg)
         else:
             self.start_failure = msg
+            self._because(Reason.START_FAILED)
 
     def _on_exit(self, msg: Exited) -> None:
         state = self.ranks[msg.rank]
@@ -261,33 +311,26 @@ class Run:
             state.stack += data
 
     def _check_failure(self) -> None:
-        if self.stop_at is not None or self.timed_out or self.interrupted:
+        if self.reason is not None:  # already stopping, for this reason or another
             return
         now = time.monotonic()
         if any(
-            state.failed
-            or (
-                state.settled(now, self.policy.drain)
-                and not state.record.has_result
-                and not self.killed
-            )
+            state.failed or (state.settled(now, self.policy.drain) and not state.record.has_result)
             for state in self.ranks
         ):
             # Stop the others after a moment's grace: a rank that is just returning
             # (its peer's failure is often the sign of a collective it skipped)
             # still gets its result out, and the error can say so.
+            self._because(Reason.FAILURE)
             self.stop_at = now + self.policy.grace
 
     def _check_deadlines(self, now: float) -> None:
-        if self.stop_at is not None and self.phase == "running" and now >= self.stop_at:
+        if self.stop_at is not None and self.phase is Phase.RUNNING and now >= self.stop_at:
             self._stop(signal.SIGTERM)
-        if self.deadline is not None and now >= self.deadline and self.phase == "running":
-            # Ask every live rank for its stack (faulthandler answers even inside C++).
-            self.timed_out = True
-            self.phase = "dumping"
-            self.dump_sent_at = now
-            self._signal(signal.SIGUSR1, group=False)
-        if self.phase == "dumping":
+        if self.deadline is not None and now >= self.deadline and self.phase is Phase.RUNNING:
+            self._because(Reason.TIMEOUT)
+            self._dump()
+        if self.phase is Phase.DUMPING:
             live = [s for s in self.ranks if s.status is None]
             have_all = all(s.stack for s in live)
             # Stop pressed: a learner waits, so 1 s at most for the stacks.
@@ -298,25 +341,29 @@ class Run:
                 wait = policy.stacks_wait_interrupted if self.interrupted else policy.stacks_wait
             if now - self.dump_sent_at > wait:
                 self._stop(signal.SIGKILL)
-        stopping = self.phase == "stopping" and not self.killed
-        if stopping and now - self.stop_sent_at > self.policy.term_to_kill:
+        if self.phase is Phase.STOPPING and now - self.stop_sent_at > self.policy.term_to_kill:
             self._signal(signal.SIGKILL)
-            self.killed = True
+            self._to(Phase.KILLED)  # the wedged timings still count from the SIGTERM
+
+    def _dump(self) -> None:
+        """Ask every live rank for its stack (faulthandler answers even inside C++)."""
+        self._to(Phase.DUMPING)
+        self.dump_sent_at = time.monotonic()
+        self._signal(signal.SIGUSR1, group=False)
 
     def _signal(self, sig: int, group: bool = True) -> None:
         try:
             wire.send(self.zygote.sock, Signal(self.id, sig, group))
         except OSError:
-            self.launcher_died = True
+            self._because(Reason.LAUNCHER_DIED)
 
     def _stop(self, sig: int) -> None:
-        self.phase = "stopping"
+        self._to(Phase.KILLED if sig == signal.SIGKILL else Phase.STOPPING)
         self.stop_sent_at = time.monotonic()
-        self.killed = self.killed or sig == signal.SIGKILL
         self._signal(sig)
 
     def _finish(self) -> None:
-        self.done = True
+        self._to(Phase.DONE)
         self._close_fds()
         self.router.finish()
 
