@@ -1111,9 +1111,9 @@ def test_ctrl_c_stops_the_batch_and_everything_it_started(tmp_path):
 
 def _submission_cgroups(grader_pid: int) -> set:
     """The cgroups a grader of that pid made and left (none where limits are rlimits)."""
-    from ddp_helpers.grading.sandbox import _cgroup_dirs, choose
+    from ddp_helpers.grading.sandbox import choose
 
-    dirs = _cgroup_dirs(choose(False, None, None).mechanism, "x") or {}
+    dirs = choose(False, None, None).limits.folders("x")
     return {p for d in dirs.values() for p in d.parent.glob(f"ddp-grade-{grader_pid}-*")}
 
 

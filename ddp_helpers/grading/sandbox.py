@@ -36,9 +36,9 @@ from pathlib import Path
 from ..i18n import messages
 from ..paths import PACKAGE  # ddp_helpers/, the course's own code
 from .defaults import DEFAULT_TASKS
+from .limits import MECHANISMS, Limits, first_usable
 
-CGROUP = Path("/sys/fs/cgroup")
-LIMITS = ("cgroup2", "cgroup1", "rlimit")  # how a submission's limits can be held
+LIMITS = tuple(MECHANISMS)  # how a submission's limits can be held (limits.py)
 _INSTALL = (
     "(Debian and Ubuntu: `sudo apt-get install bubblewrap`; Fedora: `sudo dnf install "
     "bubblewrap`; Arch: `sudo pacman -S bubblewrap`)"
@@ -140,8 +140,12 @@ class Confinement:
     memory: int | None = None  # bytes, for the submission as a whole
     tasks: int = DEFAULT_TASKS  # processes and threads
     threads: int = 1  # OMP/MKL threads per process
-    mechanism: str = "rlimit"  # how the limits are held: cgroup2, cgroup1 or rlimit
+    mechanism: str = "rlimit"  # how the limits are held: a name of limits.MECHANISMS
     pass_env: tuple[str, ...] = ()  # the grader's variables passed beyond the allow-list
+
+    @property
+    def limits(self) -> type[Limits]:
+        return MECHANISMS[self.mechanism]
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -175,7 +179,7 @@ def choose(
     if sandbox and problem is not None:
         kind, error = problem
         raise SandboxError(INSTRUCTOR_TEXT[kind].format(error=error))
-    mechanism = limits or next((m for m in ("cgroup2", "cgroup1") if _cgroup_usable(m)), "rlimit")
+    mechanism = limits or first_usable()
     boxed = sandbox is not False and problem is None
     return Confinement(boxed, memory, tasks or DEFAULT_TASKS, threads, mechanism, pass_env)
 
@@ -296,56 +300,6 @@ def _user_base() -> str | None:
     return None
 
 
-# ---------------------------------------------------------------- cgroups
-
-
-def _own_cgroup_v2() -> Path | None:
-    try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        if line.startswith("0::"):
-            return CGROUP / line[3:].lstrip("/")
-    return None
-
-
-def _cgroup_dirs(mechanism: str, name: str) -> dict[str, Path]:
-    """Where a submission's cgroups go: controller -> folder."""
-    if mechanism == "cgroup2":
-        own = _own_cgroup_v2()
-        return {"memory": own / name, "pids": own / name} if own else {}
-    return {"memory": CGROUP / "memory" / name, "pids": CGROUP / "pids" / name}
-
-
-def _cgroup_usable(mechanism: str) -> bool:
-    """Whether a child cgroup with memory and pids limits can be made and removed here."""
-    if mechanism == "cgroup2":
-        own = _own_cgroup_v2()
-        if (
-            own is None
-            or not (CGROUP / "cgroup.controllers").exists()
-            or not (own / "cgroup.subtree_control").exists()
-        ):
-            return False
-        controls = (own / "cgroup.subtree_control").read_text().split()
-        if not {"memory", "pids"} <= set(controls):
-            return False  # enabling them here would move this process: not ours to do
-    elif not (CGROUP / "memory" / "memory.limit_in_bytes").exists():
-        return False
-    dirs = _cgroup_dirs(mechanism, f"ddp-grade-probe-{uuid.uuid4().hex[:8]}")
-    try:
-        for path in set(dirs.values()):
-            path.mkdir()
-        return True
-    except OSError:
-        return False
-    finally:
-        for path in set(dirs.values()):
-            with contextlib.suppress(OSError):
-                path.rmdir()
-
-
 # ---------------------------------------------------------------- one submission
 
 
@@ -360,27 +314,12 @@ class Cage:
         self.conf = conf
         self.workdir = workdir
         self.dirs: dict[str, Path] = {}
-        self.watched_hit = None  # the task limit, found by counting (rlimit)
-        if conf.mechanism in ("cgroup2", "cgroup1"):
-            self.dirs = _cgroup_dirs(conf.mechanism, name or cgroup_name())
-            for path in set(self.dirs.values()):
-                path.mkdir()
-            self._write_limits()
-
-    def _write_limits(self) -> None:
-        memory, pids = self.dirs["memory"], self.dirs["pids"]
-        if self.conf.mechanism == "cgroup2":
-            if self.conf.memory:
-                (memory / "memory.max").write_text(str(self.conf.memory))
-                with contextlib.suppress(OSError):
-                    (memory / "memory.swap.max").write_text("0")
-            (pids / "pids.max").write_text(str(self.conf.tasks))
-        else:
-            if self.conf.memory:
-                (memory / "memory.limit_in_bytes").write_text(str(self.conf.memory))
-                with contextlib.suppress(OSError):
-                    (memory / "memory.memsw.limit_in_bytes").write_text(str(self.conf.memory))
-            (pids / "pids.max").write_text(str(self.conf.tasks))
+        self.watched_hit = None  # the task limit, found by counting (Limits.watches_tasks)
+        self.dirs = conf.limits.folders(name or cgroup_name())
+        for path in set(self.dirs.values()):
+            path.mkdir()
+        if self.dirs:
+            conf.limits.write(self.dirs, conf.memory, conf.tasks)
 
     def env(self) -> dict[str, str]:
         """The environment of the submission's processes (kernel, ranks, checks): the
@@ -394,8 +333,7 @@ class Cage:
         confine = [sys.executable, "-P", "-m", "ddp_helpers.grading.confine"]
         for path in set(self.dirs.values()):
             confine += ["--cgroup", str(path)]
-        if self.conf.mechanism == "rlimit" and self.conf.memory:
-            confine += ["--data", str(self.conf.memory)]
+        confine += self.conf.limits.confine_args(self.conf.memory)
         inner = self._bwrap(argv, cwd) if self.conf.sandbox else argv
         return [*confine, "--", *inner]
 
@@ -418,8 +356,8 @@ class Cage:
         return 128 - code if self.conf.sandbox and code > 128 else code
 
     def watch(self) -> bool:
-        """Count the tasks (rlimit mechanism): over the limit, stop them all. True if hit."""
-        if self.conf.mechanism != "rlimit" or self.watched_hit:
+        """Count the tasks (where no cgroup does): over the limit, stop them all. True if hit."""
+        if not self.conf.limits.watches_tasks or self.watched_hit:
             return bool(self.watched_hit)
         import psutil
 
@@ -437,28 +375,10 @@ class Cage:
 
     def hit(self, memory_errors: int = 0) -> tuple[str, str] | None:
         """(which limit, how it was seen) if the submission ran into one, else None."""
-        if self.conf.mechanism == "cgroup2":
-            events = _counters(self.dirs["memory"] / "memory.events")
-            if self.conf.memory and (events.get("oom_kill", 0) or events.get("max", 0)):
-                return "memory", "the kernel's out-of-memory killer, in its cgroup"
-            if _counters(self.dirs["pids"] / "pids.events").get("max", 0):
-                return "tasks", "a fork was refused in its cgroup"
-        elif self.conf.mechanism == "cgroup1":
-            memory = self.dirs["memory"]
-            if self.conf.memory and (
-                _counters(memory / "memory.oom_control").get("oom_kill", 0)
-                or _read_int(memory / "memory.failcnt")
-                or _read_int(memory / "memory.memsw.failcnt")
-            ):
-                return "memory", "the kernel's out-of-memory killer, in its cgroup"
-            if _counters(self.dirs["pids"] / "pids.events").get("max", 0):
-                return "tasks", "a fork was refused in its cgroup"
-        else:
-            if self.conf.memory and memory_errors:
-                return "memory", "an allocation failed under its RLIMIT_DATA, per process"
-            if self.watched_hit:
-                return "tasks", self.watched_hit
-        return None
+        hit = self.conf.limits.hit(self.dirs, self.conf.memory, memory_errors)
+        if hit is None and self.watched_hit:
+            return "tasks", self.watched_hit
+        return hit
 
     def message(self, hit: tuple[str, str]) -> str:
         which, how = hit
@@ -479,14 +399,13 @@ def cgroup_name() -> str:
 
 def remove_leftover_cgroups(conf: Confinement, name: str) -> None:
     """Remove the cgroups called `name`, if a worker killed from outside left them."""
-    if conf.mechanism in ("cgroup2", "cgroup1"):
-        dirs = {k: p for k, p in _cgroup_dirs(conf.mechanism, name).items() if p.exists()}
-        for path in set(dirs.values()):  # what is still in them: started after it was seen
-            with contextlib.suppress(OSError):
-                for pid in (path / "cgroup.procs").read_text().split():
-                    with contextlib.suppress(OSError):
-                        os.kill(int(pid), signal.SIGKILL)
-        remove_cgroups(dirs)
+    dirs = {k: p for k, p in conf.limits.folders(name).items() if p.exists()}
+    for path in set(dirs.values()):  # what is still in them: started after it was seen
+        with contextlib.suppress(OSError):
+            for pid in (path / "cgroup.procs").read_text().split():
+                with contextlib.suppress(OSError):
+                    os.kill(int(pid), signal.SIGKILL)
+    remove_cgroups(dirs)
 
 
 def remove_cgroups(dirs: dict[str, Path]) -> None:
@@ -521,23 +440,3 @@ def _python_paths() -> list[str]:
         if not any(path.startswith(o + os.sep) for o in outer) and path != "/":
             outer.append(path)
     return outer
-
-
-def _counters(path: Path) -> dict[str, int]:
-    try:
-        text = path.read_text()
-    except OSError:
-        return {}
-    out = {}
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[1].isdigit():
-            out[parts[0]] = int(parts[1])
-    return out
-
-
-def _read_int(path: Path) -> int:
-    try:
-        return int(path.read_text().strip() or 0)
-    except (OSError, ValueError):
-        return 0

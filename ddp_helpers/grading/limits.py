@@ -1,0 +1,209 @@
+"""How a submission's memory and task limits are held: three mechanisms behind one interface.
+
+- `Cgroup2`: a child of the grader's own cgroup (v2) with memory.max and pids.max; the
+  kernel refuses a fork or kills the submission past them, and counts it in *.events.
+- `Cgroup1`: the same in the v1 hierarchies (memory/, pids/).
+- `Rlimit`: where no cgroup can be made: RLIMIT_DATA per process (confine.py sets it), and
+  the tasks counted by the grader on every tick (Cage.watch).
+
+`MECHANISMS` maps each name (`grade --limits`, Confinement.mechanism) to its class; the
+cgroup mechanisms come first, in the order they are tried.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from pathlib import Path
+
+CGROUP = Path("/sys/fs/cgroup")
+_OOM = "the kernel's out-of-memory killer, in its cgroup"
+_FORK_REFUSED = "a fork was refused in its cgroup"
+
+
+class Limits:
+    """One mechanism. A submission's cgroups are `folders(name)` (controller -> folder, none
+    for rlimit); its limits are written there, or given to confine.py as arguments."""
+
+    name = ""
+    watches_tasks = False  # the grader counts the tasks itself (no cgroup counts them)
+
+    @classmethod
+    def usable(cls) -> bool:
+        """Whether it can hold the limits here (a cgroup can be made and removed)."""
+        return True
+
+    @staticmethod
+    def folders(name: str) -> dict[str, Path]:
+        return {}
+
+    @staticmethod
+    def write(folders: dict[str, Path], memory: int | None, tasks: int) -> None:
+        """Write the limits into the submission's cgroups."""
+
+    @staticmethod
+    def confine_args(memory: int | None) -> list[str]:
+        """What confine.py is told beyond the cgroups to join."""
+        return []
+
+    @staticmethod
+    def hit(folders: dict[str, Path], memory: int | None, memory_errors: int):
+        """("memory" or "tasks", how it was seen) if the kernel held the submission to a
+        limit, else None. `memory_errors`: the MemoryErrors its cells raised."""
+        return None
+
+
+class _Cgroups(Limits):
+    """What the two cgroup versions share: made as a probe to know they work."""
+
+    @classmethod
+    def usable(cls) -> bool:
+        if not cls._available():
+            return False
+        folders = cls.folders(f"ddp-grade-probe-{uuid.uuid4().hex[:8]}")
+        try:
+            for path in set(folders.values()):
+                path.mkdir()
+            return True
+        except OSError:
+            return False
+        finally:
+            for path in set(folders.values()):
+                with contextlib.suppress(OSError):
+                    path.rmdir()
+
+    @classmethod
+    def _available(cls) -> bool:
+        raise NotImplementedError
+
+    @staticmethod
+    def _tasks_refused(folders: dict[str, Path]) -> bool:
+        return bool(counters(folders["pids"] / "pids.events").get("max", 0))
+
+
+class Cgroup2(_Cgroups):
+    name = "cgroup2"
+
+    @classmethod
+    def _available(cls) -> bool:
+        own = own_cgroup_v2()
+        if (
+            own is None
+            or not (CGROUP / "cgroup.controllers").exists()
+            or not (own / "cgroup.subtree_control").exists()
+        ):
+            return False
+        controls = (own / "cgroup.subtree_control").read_text().split()
+        # Without both, enabling them here would move this process: not ours to do.
+        return {"memory", "pids"} <= set(controls)
+
+    @staticmethod
+    def folders(name: str) -> dict[str, Path]:
+        own = own_cgroup_v2()
+        return {"memory": own / name, "pids": own / name} if own else {}
+
+    @staticmethod
+    def write(folders: dict[str, Path], memory: int | None, tasks: int) -> None:
+        if memory:
+            (folders["memory"] / "memory.max").write_text(str(memory))
+            with contextlib.suppress(OSError):
+                (folders["memory"] / "memory.swap.max").write_text("0")
+        (folders["pids"] / "pids.max").write_text(str(tasks))
+
+    @staticmethod
+    def hit(folders: dict[str, Path], memory: int | None, memory_errors: int):
+        events = counters(folders["memory"] / "memory.events")
+        if memory and (events.get("oom_kill", 0) or events.get("max", 0)):
+            return "memory", _OOM
+        if _Cgroups._tasks_refused(folders):
+            return "tasks", _FORK_REFUSED
+        return None
+
+
+class Cgroup1(_Cgroups):
+    name = "cgroup1"
+
+    @classmethod
+    def _available(cls) -> bool:
+        return (CGROUP / "memory" / "memory.limit_in_bytes").exists()
+
+    @staticmethod
+    def folders(name: str) -> dict[str, Path]:
+        return {"memory": CGROUP / "memory" / name, "pids": CGROUP / "pids" / name}
+
+    @staticmethod
+    def write(folders: dict[str, Path], memory: int | None, tasks: int) -> None:
+        if memory:
+            (folders["memory"] / "memory.limit_in_bytes").write_text(str(memory))
+            with contextlib.suppress(OSError):
+                (folders["memory"] / "memory.memsw.limit_in_bytes").write_text(str(memory))
+        (folders["pids"] / "pids.max").write_text(str(tasks))
+
+    @staticmethod
+    def hit(folders: dict[str, Path], memory: int | None, memory_errors: int):
+        folder = folders["memory"]
+        if memory and (
+            counters(folder / "memory.oom_control").get("oom_kill", 0)
+            or read_int(folder / "memory.failcnt")
+            or read_int(folder / "memory.memsw.failcnt")
+        ):
+            return "memory", _OOM
+        if _Cgroups._tasks_refused(folders):
+            return "tasks", _FORK_REFUSED
+        return None
+
+
+class Rlimit(Limits):
+    name = "rlimit"
+    watches_tasks = True
+
+    @staticmethod
+    def confine_args(memory: int | None) -> list[str]:
+        return ["--data", str(memory)] if memory else []
+
+    @staticmethod
+    def hit(folders: dict[str, Path], memory: int | None, memory_errors: int):
+        if memory and memory_errors:
+            return "memory", "an allocation failed under its RLIMIT_DATA, per process"
+        return None  # the tasks: counted by the grader (Cage.watch)
+
+
+MECHANISMS: dict[str, type[Limits]] = {m.name: m for m in (Cgroup2, Cgroup1, Rlimit)}
+
+
+def first_usable() -> str:
+    """The first mechanism that works here; rlimit always does."""
+    return next(name for name, m in MECHANISMS.items() if m.usable())
+
+
+def own_cgroup_v2() -> Path | None:
+    """This process's cgroup in the v2 hierarchy, or None."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        if line.startswith("0::"):
+            return CGROUP / line[3:].lstrip("/")
+    return None
+
+
+def counters(path: Path) -> dict[str, int]:
+    """A cgroup file of "name count" lines, as a dict; {} where it cannot be read."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return {}
+    out = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit():
+            out[parts[0]] = int(parts[1])
+    return out
+
+
+def read_int(path: Path) -> int:
+    try:
+        return int(path.read_text().strip() or 0)
+    except (OSError, ValueError):
+        return 0
