@@ -76,6 +76,21 @@ class _Cgroups(Limits):
     def _available(cls) -> bool:
         raise NotImplementedError
 
+    # The memory limit's file, and the file that keeps swap out of it (with what it takes).
+    memory_file = swap_file = ""
+
+    @staticmethod
+    def _no_swap(memory: int) -> str:
+        raise NotImplementedError
+
+    @classmethod
+    def write(cls, folders: dict[str, Path], memory: int | None, tasks: int) -> None:
+        if memory:
+            (folders["memory"] / cls.memory_file).write_text(str(memory))
+            with contextlib.suppress(OSError):  # no swap accounting: the limit still holds
+                (folders["memory"] / cls.swap_file).write_text(cls._no_swap(memory))
+        (folders["pids"] / "pids.max").write_text(str(tasks))
+
     @staticmethod
     def _tasks_refused(folders: dict[str, Path]) -> bool:
         return bool(counters(folders["pids"] / "pids.events").get("max", 0))
@@ -102,13 +117,11 @@ class Cgroup2(_Cgroups):
         own = own_cgroup_v2()
         return {"memory": own / name, "pids": own / name} if own else {}
 
+    memory_file, swap_file = "memory.max", "memory.swap.max"
+
     @staticmethod
-    def write(folders: dict[str, Path], memory: int | None, tasks: int) -> None:
-        if memory:
-            (folders["memory"] / "memory.max").write_text(str(memory))
-            with contextlib.suppress(OSError):
-                (folders["memory"] / "memory.swap.max").write_text("0")
-        (folders["pids"] / "pids.max").write_text(str(tasks))
+    def _no_swap(memory: int) -> str:
+        return "0"  # swap on top of memory.max
 
     @staticmethod
     def hit(folders: dict[str, Path], memory: int | None, memory_errors: int):
@@ -131,13 +144,11 @@ class Cgroup1(_Cgroups):
     def folders(name: str) -> dict[str, Path]:
         return {"memory": CGROUP / "memory" / name, "pids": CGROUP / "pids" / name}
 
+    memory_file, swap_file = "memory.limit_in_bytes", "memory.memsw.limit_in_bytes"
+
     @staticmethod
-    def write(folders: dict[str, Path], memory: int | None, tasks: int) -> None:
-        if memory:
-            (folders["memory"] / "memory.limit_in_bytes").write_text(str(memory))
-            with contextlib.suppress(OSError):
-                (folders["memory"] / "memory.memsw.limit_in_bytes").write_text(str(memory))
-        (folders["pids"] / "pids.max").write_text(str(tasks))
+    def _no_swap(memory: int) -> str:
+        return str(memory)  # memory and swap together
 
     @staticmethod
     def hit(folders: dict[str, Path], memory: int | None, memory_errors: int):
