@@ -126,3 +126,38 @@ def fields(text: str) -> set[str]:
 
 
 use_language = use  # as `ddp_helpers.use_language`
+
+
+# How a message's parts are joined, in each language: lists, the last two of several items,
+# sentences, the clauses of one sentence. Every join of words in a message goes through these.
+JOINS = messages(
+    "i18n",
+    {
+        "list": ", ",
+        "and": "{first} and {last}",
+        "sentence": " ",
+        "clause": "; ",
+        "stop": ".",
+    },
+)
+
+
+def listed(items) -> str:
+    """'0, 1, 2' (Japanese: '0、1、2')."""
+    return JOINS["list"].join(map(str, items))
+
+
+def and_listed(items) -> str:
+    """'0, 1 and 2' (Japanese: '0、1 と 2'); one item as it is."""
+    *first, last = map(str, items)
+    return JOINS["and"].format(first=listed(first), last=last) if first else last
+
+
+def sentences(*parts: str) -> str:
+    """Sentences one after the other (a space between them in English, none in Japanese)."""
+    return JOINS["sentence"].join(p for p in parts if p)
+
+
+def clauses(parts) -> str:
+    """Clauses of one sentence, and its end: 'a; b.' (Japanese: 'a。b。')."""
+    return JOINS["clause"].join(parts) + JOINS["stop"]

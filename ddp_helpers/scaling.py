@@ -8,12 +8,15 @@ from .i18n import messages
 
 # The lesson's model (8 -> 16 -> 1), and the same shape made wide enough that computing a
 # step costs more than averaging its gradients.
-MODELS = {"lesson 03's model (16 hidden)": (16, 1), "1024 hidden x 2 layers": (1024, 2)}
+# Each model's name is MESSAGES[f"model.{key}"].
+MODELS = {"lesson": (16, 1), "wide": (1024, 2)}
 
-# The plot's words (the Japanese edition's plot is in Japanese).
+# The models' names and the plot's words (the Japanese edition's are in Japanese).
 MESSAGES = messages(
     "scaling",
     {
+        "model.lesson": "lesson 03's model (16 hidden)",
+        "model.wide": "1024 hidden x 2 layers",
         "ideal": "ideal (linear)",
         "xlabel": "ranks (one CPU core each)",
         "ylabel": "speed-up over 1 rank",
@@ -87,10 +90,12 @@ def measure_scaling(ranks=(1, 2), repeats: int = 3, **kwargs) -> dict[int, float
 
 
 def measure_models(ranks=(1, 2), repeats: int = 3, **kwargs) -> dict[str, dict[int, float]]:
-    """measure_scaling for each model of MODELS: {model name: {ranks: examples/s}}."""
+    """measure_scaling for each model of MODELS: {model's name: {ranks: examples/s}}, the
+    names in the current language."""
     out = {}
     chosen = kwargs.pop("steps", None)
-    for name, (hidden, layers) in MODELS.items():
+    for key, (hidden, layers) in MODELS.items():
+        name = MESSAGES[f"model.{key}"]
         # A step of the wide model costs ~100x more: fewer steps take about as long.
         steps = chosen or (60 if hidden < 100 else 10)
         out[name] = measure_scaling(

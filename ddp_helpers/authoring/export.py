@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from .. import i18n
 from ..i18n import messages
 from ..stubs import BEGIN, END, exercise_in
 
@@ -27,7 +28,6 @@ MESSAGES = messages(
             "{nb}: the script needs {missing}, still `raise NotImplementedError(...)` in this "
             "notebook. {what}, then export again."
         ),
-        "and": "{first} and {last}",
         "exercise": "exercise {ids}",
         "exercises": "exercises {ids}",
         "pasted": "{which} from lesson {lesson}",
@@ -128,10 +128,7 @@ def _from_the_course(node) -> bool:
 
 
 def _listed(ids: list[str]) -> str:
-    text = (
-        ids[0] if len(ids) == 1 else MESSAGES["and"].format(first=", ".join(ids[:-1]), last=ids[-1])
-    )
-    return MESSAGES["exercise" if len(ids) == 1 else "exercises"].format(ids=text)
+    return MESSAGES["exercise" if len(ids) == 1 else "exercises"].format(ids=i18n.and_listed(ids))
 
 
 def _not_done(notebook: Path, stubs: list[str]) -> str:
@@ -149,7 +146,7 @@ def _not_done(notebook: Path, stubs: list[str]) -> str:
         MESSAGES["pasted"].format(which=_listed(ids), lesson=other)
         for other, ids in sorted(earlier.items())
     ]
-    missing = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + f" and {parts[-1]}"
+    missing = i18n.and_listed(parts)
     if earlier:
         what = MESSAGES["finish_and_paste" if own else "paste"]
     else:

@@ -306,7 +306,7 @@ def run_on_ranks(harness, *args, nprocs: int = 2, nnodes: int = 1, timeout: floa
         if exc.mismatch == "abort":
             raise Wrong("mismatch", what=Phrase("mismatch_abort", signal=exc.signal_name)) from None
         if exc.mismatch == "returned":
-            returned = ", ".join(map(str, exc.returned_ranks))
+            returned = i18n.listed(exc.returned_ranks)
             what = Phrase("mismatch_returned", returned=returned, rank=exc.rank)
             raise Wrong("mismatch", what=what) from None
         raise

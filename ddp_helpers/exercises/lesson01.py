@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 
+from .. import i18n
 from ..i18n import messages
 from ._core import Exercise, Mistake, Phrase, Wrong, run_on_ranks, sayer
 from ._core import progress as _progress
@@ -179,7 +180,7 @@ def _check_gpu(fn, layouts=((4, 2), (6, 3))) -> Phrase:
                 raise Wrong("gpu_global", rank=rank, local=local, node=node, last=last, got=got)
             same = [e["RANK"] for e, g in results if e["GROUP_RANK"] == node and g == got]
             if len(same) > 1:
-                ranks = ", ".join(map(str, same))
+                ranks = i18n.listed(same)
                 raise Wrong("gpu_node", ranks=ranks, node=node, got=got)
             raise Wrong("gpu_other", rank=rank, local=local, node=node, got=got, want=want)
     return Phrase("gpu_ok")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from unittest import mock
 
+from .. import i18n
 from ..i18n import messages
 from ._core import Exercise, Mistake, Phrase, Wrong, process_group, run_on_ranks
 from ._core import progress as _progress
@@ -543,7 +544,7 @@ def _check_cleanup(fn) -> Phrase:
     if len(left) == len(results):
         raise Wrong("cleanup_left_all")
     if left:
-        raise Wrong("cleanup_left_some", ranks=", ".join(map(str, left)))
+        raise Wrong("cleanup_left_some", ranks=i18n.listed(left))
     return Phrase("cleanup_ok")
 
 

@@ -13,6 +13,7 @@ from ._core import (
     Wrong,
     process_group,
     run_on_ranks,
+    sayer,
     weights_apart,
 )
 from ._core import progress as _progress
@@ -23,6 +24,7 @@ from .mini_ddp import mini_ddp_timeline as mini_ddp_timeline
 MESSAGES = messages(
     "exercises.lesson03",
     {
+        "speedup": "{name}: speed-up on 2 ranks {speedup:.2f} (measured), limit 2",
         "hint.wrap_move_first": (
             "DDP wraps the model where it already is; it does not move it. Put the model on "
             "this rank's device first, then wrap it, and return the wrapper."
@@ -272,6 +274,7 @@ MESSAGES = messages(
         ),
     },
 )
+say = sayer(MESSAGES)
 
 
 def warn_if_gpus_idle() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from .. import i18n
 from ..i18n import messages
 from ..launcher.torch_compat import is_missing_device
 from ._core import (
@@ -430,7 +431,7 @@ def _judge_shares(shares: list[list[int]], nnodes: int) -> None:
         raise Wrong("loader_overlap", a=a, b=b, k=k)
     missing = sorted(set(range(n)) - {i for s in shares for i in s})
     if missing:
-        shown = ", ".join(map(str, missing[:8])) + (", ..." if len(missing) > 8 else "")
+        shown = i18n.listed(missing[:8] + (["..."] if len(missing) > 8 else []))
         raise Wrong("loader_missing", missing=shown)
 
 
@@ -456,7 +457,7 @@ def _judge_loader(results, nnodes: int) -> int:
     first = [[i for b in r["epochs"][0] for i in b] for r in results]
     _judge_shares(first, nnodes)
     if all(s == sorted(s) for s in first):
-        shown = ", ".join(map(str, first[0][:4]))
+        shown = i18n.listed(first[0][:4])
         raise Wrong("loader_unshuffled", first=shown)
     if not results[0]["distributed"]:
         raise Wrong("loader_sampler", name=results[0]["sampler"])
@@ -474,7 +475,7 @@ def _check_loader(fn) -> Phrase:
     for nprocs, nnodes in ((2, 1), (4, 2)):
         results = run_on_ranks(_loader_harness, fn, nprocs=nprocs, nnodes=nnodes)
         rows.append(_judge_loader(results, nnodes))
-    per = " and ".join(map(str, rows))
+    per = i18n.and_listed(rows)
     return Phrase("loader_ok", n=LOADER_ITEMS, batch=LOADER_BATCH, per=per)
 
 
@@ -630,7 +631,7 @@ def _check_evaluate(fn, cases=EVALUATE_CASES) -> Phrase:
         idle = [rank for rank, k in enumerate(rows) if k == 0]
         if idle:
             busy = max(range(ranks), key=rows.__getitem__)
-            idle_ranks = ", ".join(map(str, idle))
+            idle_ranks = i18n.listed(idle)
             raise Wrong("eval_idle", busy=busy, rows=rows[busy], idle=idle_ranks)
         if len(set(answers)) > 1:
             raise Wrong("eval_disagree", got=answers)

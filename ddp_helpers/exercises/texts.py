@@ -66,8 +66,6 @@ MESSAGES = i18n.messages(
         "missing": "not defined in this notebook yet",
         "missing.title": "not defined when the notebook ended",
         "hidden": "{message}\n(Found by the grader's extra cases, beyond those the check shows.)",
-        "list_separator": ", ",
-        "and": "{first} and {last}",
         "status_names": {
             CheckStatus.CORRECT: "correct",
             CheckStatus.NOT_ATTEMPTED: "not attempted",
@@ -90,19 +88,20 @@ class Phrase:
 
 
 class Listed:
-    """Items shown one after the other, with the language's list separator between."""
+    """Items shown one after the other, joined as the language joins a list (i18n.listed);
+    `last_with_and`: the last two joined by its "and" (i18n.and_listed)."""
 
-    def __init__(self, items):
+    def __init__(self, items, last_with_and: bool = False):
         self.items = list(items)
+        self.last_with_and = last_with_and
 
     def __repr__(self) -> str:
-        return f"Listed({self.items!r})"
+        return f"Listed({self.items!r}, last_with_and={self.last_with_and})"
 
 
-def and_list(items) -> Phrase:
-    """'0, 1 and 2' for [0, 1, 2] (at least two items)."""
-    *first, last = items
-    return Phrase("and", first=Listed(first), last=last)
+def and_list(items) -> Listed:
+    """'0, 1 and 2' for [0, 1, 2] (Japanese: '0、1 と 2')."""
+    return Listed(items, last_with_and=True)
 
 
 def sayer(table) -> Callable[..., str]:
@@ -143,7 +142,8 @@ class Texts:
         if isinstance(value, Phrase):
             return self.text(value.key, **value.fields)
         if isinstance(value, Listed):
-            return self.text("list_separator").join(str(self._value(v)) for v in value.items)
+            join = i18n.and_listed if value.last_with_and else i18n.listed
+            return join(self._value(v) for v in value.items)
         return value
 
 

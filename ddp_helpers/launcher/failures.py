@@ -169,11 +169,13 @@ def failure_report(
     ordered = blame(failures, peer_text)
     first = ordered[0]
     victims_with_errors = [f for f in ordered[1:] if not f.stopped or f.kind == "exception"]
-    paragraph = _sentence(first.summary().split("\n\n")[0].strip())
-    if victims_with_errors:
-        paragraph += " " + MESSAGES["more_failed"].format(count=len(victims_with_errors))
-    if nprocs > 1:
-        paragraph += " " + MESSAGES["others_stopped"]
+    paragraph = i18n.sentences(
+        _sentence(first.summary().split("\n\n")[0].strip()),
+        MESSAGES["more_failed"].format(count=len(victims_with_errors))
+        if victims_with_errors
+        else "",
+        MESSAGES["others_stopped"] if nprocs > 1 else "",
+    )
     parts = [first.summary()]
     if first.traceback:
         parts.append(
@@ -188,7 +190,7 @@ def failure_report(
     if first.signal == "SIGKILL":
         parts.append(MESSAGES["killed_hint_kill"])
     if mismatch(first, returned) == "returned":
-        ranks = ", ".join(map(str, returned))
+        ranks = i18n.listed(returned)
         parts.append(
             MESSAGES["peer_returned"].format(
                 ranks=MESSAGES["one_rank" if len(returned) == 1 else "many_ranks"].format(
@@ -209,7 +211,7 @@ def failure_report(
 
 def timeout_report(timeout: float, stacks: list[RankFailure]) -> tuple[str, str]:
     """(one paragraph, the full report) for a run stopped at its timeout."""
-    parts = [MESSAGES["timeout"].format(timeout=timeout) + " " + MESSAGES["timeout_where"]]
+    parts = [i18n.sentences(MESSAGES["timeout"].format(timeout=timeout), MESSAGES["timeout_where"])]
     for f in stacks:
         if f.finished:
             parts.append(MESSAGES["rank_finished"].format(rank=f.rank))
@@ -225,7 +227,7 @@ def timeout_report(timeout: float, stacks: list[RankFailure]) -> tuple[str, str]
     ]
     paragraph = MESSAGES["timeout"].format(timeout=timeout)
     if waiting:
-        paragraph += " " + "; ".join(waiting) + "."
+        paragraph = i18n.sentences(paragraph, i18n.clauses(waiting))
     return paragraph, "\n\n".join(parts)
 
 
@@ -233,7 +235,7 @@ def _sentence(text: str) -> str:
     """text ended as a sentence: with a full stop of its language unless it has one."""
     if text.endswith((".", "!", "?", ")", "。", "！", "？", "）")):
         return text
-    return text + ("。" if i18n.current() == "ja" else ".")
+    return text + i18n.JOINS["stop"]
 
 
 def _innermost_own_line(stack: str) -> str:

@@ -12,6 +12,7 @@ import os
 import re
 from dataclasses import dataclass
 
+from .. import i18n
 from ..i18n import messages
 
 # torch releases the launcher is tested with: the lock's, and those `make compat` installs
@@ -223,7 +224,7 @@ def _check_debug_level() -> str | None:
 
 def _check_peer_text() -> str | None:
     if _version() not in KNOWN_GOOD:
-        return MESSAGES["untested"].format(version=_version(), known=", ".join(KNOWN_GOOD))
+        return MESSAGES["untested"].format(version=_version(), known=i18n.listed(KNOWN_GOOD))
     return None
 
 
