@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -186,3 +187,58 @@ def test_a_message_answers_in_the_current_language_and_falls_back_to_english():
     finally:
         i18n.catalog("ja").pop("test.fallback", None)
         i18n.REGISTRY.pop("test.fallback", None)
+
+
+# ---------------------------------------------------------------- the guard: no English joins
+
+_JA = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uff01-\uff5e]")  # kana, kanji, full-width
+_FUNCTION_WORD = re.compile(r"\b(and|or|of|the)\b")
+# Quoted English stays as it is: code, torch's messages, a rank's output prefix.
+_QUOTED = re.compile(r"`[^`\n]*`|'[^'\n]*'|\"[^\"\n]*\"|「[^」\n]*」|\[rank \d+\] ")
+_FENCE = re.compile(r"```.*?```", re.S)
+
+
+def _english_in_japanese(line: str) -> list[str]:
+    """What is wrong with a line of Japanese text: an English function word joining it, a
+    space after 。."""
+    found = []
+    if _JA.search(line) and _FUNCTION_WORD.search(_QUOTED.sub(" ", line)):
+        found.append("an English function word")
+    if re.search(r"。 +\S", line):
+        found.append("a space after 。")
+    return found
+
+
+def test_the_guard_catches_what_it_is_for():
+    assert _english_in_japanese("1 ステップにランクあたり 8 and 4 行")
+    assert _english_in_japanese("演習 4.1 と 4.2, レッスン 02 の ... and レッスン 03 の演習 3.1")
+    assert _english_in_japanese("停止しました。 ランク 0 の位置: x")
+    assert not _english_in_japanese("`a and b` が真なら、'the end' と表示します。次へ")
+    assert not _english_in_japanese("one after another: 0.16 s (measured)")  # no Japanese
+
+
+def _japanese_texts():
+    """(where, text) for every stored output of the Japanese solutions, every message of the
+    Japanese catalog (checks, hints, feedback, the launcher, the grader) and every translated
+    markdown cell outside its code blocks."""
+    for path in sorted((ROOT / "solutions" / "ja").glob(NOTEBOOKS)):
+        for cell in nbformat.read(path, as_version=4).cells:
+            for out in cell.get("outputs", []):
+                text = out.get("text", "") + out.get("data", {}).get("text/plain", "")
+                yield f"{path.name} {cell.get('id')}", text
+    for domain, table in i18n.catalog("ja").items():
+        for key, text in _flat(table).items():
+            yield f"ddp_helpers/locale/ja.json {domain}:{key}", text
+    for path in sorted((ROOT / "i18n" / "ja").glob("*.json")):
+        for cell_id, entry in json.loads(path.read_text(encoding="utf-8")).items():
+            yield f"{path.name} {cell_id}", _FENCE.sub(" ", entry["text"])
+
+
+def test_no_english_joins_japanese_text_in_any_output_message_or_cell():
+    problems = [
+        f"{where}: {', '.join(found)}: {line.strip()[:120]}"
+        for where, text in _japanese_texts()
+        for line in text.splitlines()
+        if (found := _english_in_japanese(line))
+    ]
+    assert problems == [], "\n".join(problems)

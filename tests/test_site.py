@@ -211,3 +211,19 @@ def test_the_pages_look_right_in_a_browser(site):
             )
             assert scrolled == 0, f"lesson {lesson}: {scrolled} outputs scroll sideways"
             assert page.locator("div.cell_output").first.is_visible()
+
+
+def test_the_japanese_edition_has_its_pages_outputs_and_a_language_switch_each_way(site):
+    html_dir, _ = site
+    index = (html_dir / "ja" / "index.html").read_text()
+    assert 'href="ja/index.html"' in (html_dir / "index.html").read_text()
+    for lesson in LESSONS:
+        page = html_dir / "ja" / _page(lesson)
+        text = page.read_text()
+        assert f'href="{_page(lesson)}"' in index
+        assert '<html lang="ja"' in text
+        assert f'href="../{_page(lesson)}"' in text  # to the English page, and back:
+        assert f'href="ja/{_page(lesson)}"' in (html_dir / _page(lesson)).read_text()
+    plain = re.sub(r"<[^>]+>", "", (html_dir / "ja" / _page("01")).read_text())
+    assert "✅ 演習 1.2: 正解です" in plain  # the Japanese stored outputs
+    assert 'raise NotImplementedError("exercise 1.2")' in plain.replace("&quot;", '"')

@@ -21,6 +21,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from .. import i18n
 from ..paths import ROOT
 from ..stubs import BEGIN, END
 from .build import _solutions
@@ -108,23 +109,57 @@ def site_notebook(solution, lesson):
     return page
 
 
+# The language switch at the top of every page: to the same lesson in the other edition.
+SWITCH = {"en": "[日本語版 (Japanese)]({path})", "ja": "[English edition (英語版)]({path})"}
+
+
+def editions(root: Path) -> list[str]:
+    """The editions the site carries: English, and each translation with solutions of its own."""
+    from .translations import EDITIONS
+
+    return ["en"] + [lang for lang in EDITIONS if (root / "solutions" / lang).is_dir()]
+
+
+def _with_switch(page, lang: str, name: str, languages: list[str]):
+    """The page with, after its title, a link to each other edition's page of the lesson."""
+    from ..nbformat_quick import nbformat as _nbformat
+
+    links = []
+    for other in languages:
+        if other != lang:
+            up = "" if lang == "en" else "../"
+            path = f"{up}{'' if other == 'en' else other + '/'}{name}"
+            links.append(SWITCH[lang if other == "en" else "en"].format(path=path))
+    if links:
+        cell = _nbformat().v4.new_markdown_cell(" · ".join(links))
+        cell["id"] = f"{name[:2]}-site-language"
+        page.cells.insert(1, cell)
+    return page
+
+
 def write_sources(root: Path, src: Path) -> list[str]:
-    """Sphinx's source folder: site/index.md and a page per lesson."""
+    """Sphinx's source folder: site/index.md and a page per lesson; for each translation,
+    site/<lang>/index.md and its pages under <lang>/, each page with a language switch."""
     from ..nbformat_quick import nbformat as _nbformat
 
     nbformat = _nbformat()
     if src.exists():
         shutil.rmtree(src)
     src.mkdir(parents=True)
-    shutil.copy(root / "site" / "index.md", src / "index.md")
+    languages = editions(root)
     names = []
-    for path in _solutions(root / "solutions"):
-        lesson = root / "lessons" / path.name
-        if not lesson.is_file():
-            raise SiteError(AUTHOR_TEXT["no_lesson"].format(name=path.name))
-        read = [nbformat.read(p, as_version=4) for p in (path, lesson)]
-        nbformat.write(site_notebook(*read), src / path.name)
-        names.append(path.name)
+    for lang in languages:
+        sub = "" if lang == "en" else f"{lang}/"
+        (src / sub).mkdir(exist_ok=True)
+        shutil.copy(root / "site" / sub / "index.md", src / sub / "index.md")
+        for path in _solutions(root / "solutions" / sub):
+            lesson = root / "lessons" / sub / path.name
+            if not lesson.is_file():
+                raise SiteError(AUTHOR_TEXT["no_lesson"].format(name=sub + path.name))
+            read = [nbformat.read(p, as_version=4) for p in (path, lesson)]
+            page = _with_switch(site_notebook(*read), lang, path.name, languages)
+            nbformat.write(page, src / sub / path.name)
+            names.append(sub + path.name)
     return names
 
 
@@ -146,6 +181,10 @@ def build_site(root: Path = ROOT, out: Path | None = None, quiet: bool = True) -
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         raise SiteError(f"{done.stdout}{done.stderr}\n{AUTHOR_TEXT['sphinx_failed']}")
+    for lang in editions(root)[1:]:  # Sphinx has one language a project: say each page's
+        for page in (html_dir / lang).glob("*.html"):
+            text = page.read_text(encoding="utf-8")
+            page.write_text(text.replace('<html lang="en"', f'<html lang="{lang}"', 1))
     return html_dir
 
 
@@ -275,9 +314,10 @@ def answer_lines(root: Path = ROOT) -> dict[str, set[str]]:
     for lesson in LESSONS:
         for ex in exercises_of(lesson):
             lines = found.setdefault(ex.id, set())
-            lines.update(
-                _code_lines(_body_lines(ex.solution_source())), list(ex.hints.values())[-1:]
-            )
+            lines.update(_code_lines(_body_lines(ex.solution_source())))
+            for lang in editions(root):  # the last hint, in every edition's words
+                with i18n.using(lang):
+                    lines.update(list(ex.hints.values())[-1:])
         path = root / "solutions" / notebook_name(lesson)
         if path.exists():
             cells = nbformat.read(path, as_version=4).cells
