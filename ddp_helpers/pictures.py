@@ -60,11 +60,17 @@ def use_fonts() -> None:
         matplotlib_fontja.japanize()
 
 
+# Japanese line-breaking rules (kinsoku): no line starts with these, none ends with those.
+_NO_START = "、。，．）」』！？・ーッャュョァィゥェォっゃゅょぁぃぅぇぉ"
+_NO_END = "（「『"
+
+
 def wrap(text: str, width: int) -> str:
     """`text` in lines of about `width` columns. Japanese, which has no spaces, breaks
     between any two of its characters (each two columns wide), never inside a Latin word
-    (`no_sync()`) and never before its closing punctuation."""
-    import re
+    (`no_sync()`), by its rules (no line begins with closing punctuation, a small kana or
+    ー, none ends with an opening bracket), and leaves no last line of one or two
+    characters (「す。」 alone): the lines above it are made shorter."""
     import textwrap
     import unicodedata
 
@@ -73,16 +79,28 @@ def wrap(text: str, width: int) -> str:
 
     if not any(wide(ch) for ch in text):
         return textwrap.fill(text, width=width)
+    for narrower in range(0, min(width // 2, 12), 2):
+        lines = _japanese_lines(text, width - narrower, wide)
+        last = sum(2 if wide(ch) else 1 for ch in lines[-1])
+        if len(lines) == 1 or last > 4:
+            break
+    return "\n".join(lines)
+
+
+def _japanese_lines(text: str, width: int, wide) -> list[str]:
+    import re
+
     lines, line, used = [], "", 0
     for token in re.findall(r"[^\s\u3000-\u9fff\uff00-\uffef]+|\s+|.", text):
         cost = sum(2 if wide(ch) else 1 for ch in token)
-        if line and used + cost > width and token not in "、。，．）」" and not token.isspace():
+        breakable = token not in _NO_START and not token.isspace() and line[-1:] not in _NO_END
+        if line and used + cost > width and breakable:
             lines.append(line.rstrip())
             line, used = "", 0
         if not line and token.isspace():
             continue
         line, used = line + token, used + cost
-    return "\n".join([*lines, line.rstrip()])
+    return [*lines, line.rstrip()]
 
 
 def draw_nodes(envs):
