@@ -1502,12 +1502,16 @@ def test_a_right_answer_written_differently_passes(exercise_id, answer):
     assert result.status == "correct", str(result)
 
 
-def test_shuffle_together_with_a_sampler_shows_torchs_own_error():
-    # DataLoader itself refuses it, on every rank: the check shows that error as the answer's.
+def test_an_answer_that_raises_on_the_ranks_is_shown_as_its_own_error_with_its_line():
+    # DataLoader refuses shuffle with a sampler, on every rank. What the check adds, and so
+    # what is tested here: an error of the answer (not a wrong one, not the check's), the
+    # answer's own line in the rank's traceback, and every rank accounted for.
     result = BY_ID["4.1"].grade(loader_shuffled_twice)
     assert (result.status, result.mistake) == ("error", "error"), str(result)
     assert result.title == "raised ValueError"
-    assert "sampler option is mutually exclusive with shuffle" in result.message
+    line = "return DataLoader(dataset, per_rank, shuffle=True, sampler=DistributedSampler(dataset))"
+    assert "in loader_shuffled_twice" in result.message and line in result.message
+    assert "also failed" in result.message and "The other ranks were stopped." in result.message
 
 
 # ---------------------------------------------------------------- predictions and the quiz
