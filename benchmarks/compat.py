@@ -40,7 +40,12 @@ sys.path.insert(0, str(ROOT))
 
 # What a hosted kernel already holds and must keep: the install may add, never change these.
 KERNEL = ("torch", "ipykernel", "ipython", "jupyter-client", "jupyter-core", "pyzmq", "tornado")
-FAULT_TESTS = ("conftest.py", "test_faults.py", "test_failures.py", "test_torch_compat.py")
+FAULT_TESTS = (  # copied into one folder, where they import conftest as in tests/
+    "conftest.py",
+    "launcher/test_faults.py",
+    "launcher/test_failures.py",
+    "launcher/test_torch_compat.py",
+)
 PIP_TIMEOUT = 1800  # a cold cache downloads several GB
 
 
@@ -327,7 +332,7 @@ def run_fault_tests(e: Environment, py: Path, work: Path, env: dict) -> None:
     folder = work / f"{e.name}-tests"
     (folder / "tests").mkdir(parents=True)
     for name in FAULT_TESTS:
-        shutil.copy(ROOT / "tests" / name, folder / "tests" / name)
+        shutil.copy(ROOT / "tests" / name, folder / "tests" / Path(name).name)
     run([str(py), "-m", "pip", "install", "-q", "pytest"], env)
     t0 = time.monotonic()
     cmd = [str(py), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "tests"]

@@ -1,7 +1,7 @@
 """Run the launcher's fault matrix many times and print any case that ever misbehaves.
 
 `make soak` (or `.venv/bin/python benchmarks/fault_soak.py --rounds 20`). Each round runs
-every case of tests/test_faults.py (a rank that raises, exits, is SIGKILLed or hangs;
+every case of tests/launcher/test_faults.py (a rank that raises, exits, is SIGKILLed or hangs;
 first or last rank; before init, inside a collective, after destroy) and checks the same
 things the test does: the right rank and cause, in time, nothing left running.
 """

@@ -1,6 +1,6 @@
 """Lesson 04's capstone (exercise 4.2, `train_ddp`): the check, its proof, its answers.
 
-The learner answers below run through the sweep in tests/test_answers.py (SWEEP["4.2"]):
+The learner answers below run through the sweep in tests/exercises/test_answers.py (SWEEP["4.2"]):
 each real mistake must be named by its own message, each other right answer must pass.
 """
 
@@ -298,7 +298,7 @@ def own_sampler_and_a_while_loop(epochs, path):
     return plain
 
 
-# exercise 4.2 in the sweep of tests/test_answers.py: (wrong answers with the mistake each
+# exercise 4.2 in the sweep of tests/exercises/test_answers.py: (wrong answers with the mistake each
 # must be named by, right answers)
 SWEEP_4_2 = (
     [

@@ -33,13 +33,10 @@ from fixtures.submissions import (
     short,
 )
 
-from conftest import extra_case_lines, processes_under
+from conftest import ROOT, extra_case_lines, processes_under
 from ddp_helpers.grading import autograder
 
-ROOT = Path(__file__).resolve().parent.parent
-SCHEMA = json.loads(
-    (Path(__file__).parent / "fixtures" / "gradescope_results.schema.json").read_text()
-)
+SCHEMA = json.loads((ROOT / "tests" / "fixtures" / "gradescope_results.schema.json").read_text())
 BLOCKED_BWRAP = "#!/bin/sh\necho 'bwrap: No permissions to creating new namespace' >&2\nexit 1\n"
 
 

@@ -1337,7 +1337,7 @@ SWEEP = {
         ],
         [loader_with_explicit_ranks, loader_with_imported_names],
     ),
-    "4.2": SWEEP_4_2,  # the capstone's answers, in tests/test_capstone.py
+    "4.2": SWEEP_4_2,  # the capstone's answers, in tests/exercises/test_capstone.py
     "4.7": SWEEP_4_7,
     "4.4": (
         [
@@ -1462,7 +1462,7 @@ def assert_named(ex, result, key: str) -> None:
 
 def test_every_mistake_of_every_exercise_is_made_by_some_answer():
     made = {(i, key) for i, _, key in [*WRONG, *JUDGED, *PREDICTIONS]}
-    # hang and mismatch are _core's (tests/test_exercises.py); an exercise only names
+    # hang and mismatch are _core's (tests/exercises/test_exercises.py); an exercise only names
     # their hint, and the sweep makes them where its checks are likeliest to see them.
     own = {(ex.id, key) for ex in ALL for key in ex.mistakes if key not in RANK_MISTAKES}
     assert not own - made, f"mistakes no answer makes: {sorted(own - made)}"

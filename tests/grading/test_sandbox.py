@@ -37,11 +37,11 @@ from fixtures.submissions import (
     make_leaking_submission,
 )
 
+from conftest import ROOT
 from ddp_helpers.exercises import exercises_of
 from ddp_helpers.grading import sandbox
 from ddp_helpers.procs import with_this_package
 
-ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "ddp_helpers"
 FULL = sum(ex.points for ex in exercises_of("01"))
 TIMEOUT = 20

@@ -1,0 +1,173 @@
+"""The batch as logic (grading/batch.py): its scheduling, retries and options, without kernels."""
+
+from __future__ import annotations
+
+import csv
+import io
+import signal
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from fixtures.submissions import NAMES
+from grading_common import _row, _sub
+
+from ddp_helpers import grading
+from ddp_helpers.exercises import lesson01
+from ddp_helpers.grading import (
+    Batch,
+    GradeOptions,
+    Status,
+    Submission,
+    TimeBudget,
+)
+
+# ---------------------------------------------------------------- the batch, as logic
+
+
+def test_the_batch_takes_submissions_in_order_and_knows_how_crowded_each_ran():
+    written = []
+    batch = Batch(
+        [_sub("a"), Submission(Path("bad"), "bad", problem="x"), _sub("b")], written.append
+    )
+    a, b = batch.take(), batch.take()
+    assert (a.name, b.name, batch.take()) == ("a", "b", None)  # the invalid one is not queued
+    assert batch.running == {"a": 2, "b": 2}
+    assert batch.settle(_row(a, Status.OK)).status is Status.OK and written[-1].submission is a
+    assert batch.running == {"b": 2}
+
+
+def test_a_timeout_in_a_crowd_is_held_and_graded_again_alone():
+    written = []
+    batch = Batch([_sub("a"), _sub("b")], written.append)
+    a, b = batch.take(), batch.take()
+    batch.settle(_row(a, Status.OK))
+    assert batch.settle(_row(b, Status.TIMEOUT, seconds=5.0, right=False)) is None  # held
+    assert [r.submission.name for r in written] == ["a"]
+    assert batch.retry_alone() == 1
+    again = batch.take()
+    assert again.name == "b" and batch.running == {"b": 1}
+    final = batch.settle(_row(again, Status.OK, seconds=2.0))
+    assert final.status is Status.OK and final.points == len(lesson01.EXERCISES)
+    assert final.seconds == 7.0  # both tries count
+    assert final.events[0].kind == "retried" and "(5.0 s in all)" in final.events[0].text
+    assert "while 1 other submission shared the machine" in final.events[0].text
+
+
+def test_a_timeout_alone_or_on_the_second_try_is_final():
+    written = []
+    batch = Batch([_sub("a")], written.append)
+    a = batch.take()
+    assert batch.settle(_row(a, Status.TIMEOUT)).status is Status.TIMEOUT  # it ran alone
+    batch = Batch([_sub("a"), _sub("b")], written.append)
+    batch.take(), batch.take()
+    batch.settle(_row(_sub("a"), Status.TIMEOUT))  # held: b ran beside it
+    batch.settle(_row(_sub("b"), Status.OK))
+    batch.retry_alone()
+    batch.take()
+    assert batch.settle(_row(_sub("a"), Status.TIMEOUT)).status is Status.TIMEOUT
+
+
+def test_interrupted_before_the_second_try_the_first_tries_row_is_written():
+    written = []
+    batch = Batch([_sub("a"), _sub("b")], written.append)
+    batch.take(), batch.take()
+    batch.settle(_row(_sub("a"), Status.TIMEOUT))
+    batch.give_up_retries()
+    assert written[-1].status is Status.TIMEOUT
+    assert "interrupted before it could be graded again alone" in written[-1].events[0].text
+
+
+def _three_copies(tmp_path) -> list[str]:
+    for who in ("a", "b", "c"):
+        (tmp_path / who).mkdir()
+        (tmp_path / who / NAMES["01"]).write_text(
+            nbformat.writes(_notebook_of("from ddp_helpers.exercises import lesson01 as ex"))
+        )
+    return [str(tmp_path / who) for who in ("a", "b", "c")]
+
+
+def _notebook_of(*sources):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(s) for s in sources]
+    return nb
+
+
+def _fake(slow: str, always: bool = False, seconds: float = 0.3, ctrl_c: str | None = None):
+    """A grader in place of the worker: `slow` times out when another submission runs beside
+    it (or always); grading `ctrl_c` presses Ctrl-C. Records (name, crowd) per call."""
+    import _thread
+    import threading
+
+    lock, running, calls = threading.Lock(), [0], []
+
+    def fake(sub, budget, cancel=None, tmp_root=None):
+        if ctrl_c is not None and sub.name.startswith(ctrl_c):
+            while not any(name.startswith(slow) for name, _ in calls):
+                time.sleep(0.01)
+            time.sleep(0.5)  # the grader has taken in slow's first try
+            _thread.interrupt_main()
+            cancel.wait(10)  # as the real one does, it stops when the grader says so
+        with lock:
+            running[0] += 1
+        crowd = running[0]
+        time.sleep(seconds)
+        with lock:
+            crowd = max(crowd, running[0])
+            running[0] -= 1
+        calls.append((sub.name, crowd))
+        timed_out = sub.name.startswith(slow) and (crowd > 1 or always)
+        status = Status.TIMEOUT if timed_out else Status.OK
+        return _row(sub, status, seconds, right=not timed_out)
+
+    fake.calls = calls
+    return fake
+
+
+def _grade_three(tmp_path, jobs: int, err, fake) -> list:
+    options = GradeOptions(
+        out=tmp_path / "g.csv", feedback=tmp_path / "fb", jobs=jobs, budget=TimeBudget(notebook=5)
+    )
+    return grading.grade(_three_copies(tmp_path), options, stream=err, grade_one=fake)
+
+
+def test_grade_retries_a_crowded_timeout_alone_and_writes_its_second_row(tmp_path):
+    fake = _fake(slow=str(tmp_path / "b"))
+    err = io.StringIO()
+    rows = _grade_three(tmp_path, 2, err, fake)
+    b = [c for c in fake.calls if c[0].startswith(str(tmp_path / "b"))]
+    assert [crowd for _, crowd in b] == [2, 1], fake.calls  # beside a, then alone
+    assert [r.status for r in rows] == [Status.OK] * 3
+    assert "1 submission ran past the limit while others were being graded; grading it again" in (
+        err.getvalue()
+    )
+    csv_rows = list(csv.DictReader(open(tmp_path / "g.csv", newline="")))
+    assert [r["status"] for r in csv_rows] == ["ok", "ok", "ok"]
+    feedback = "\n".join(p.read_text() for p in (tmp_path / "fb").iterdir())
+    assert feedback.count("so it was graded again alone") == 1
+
+
+def test_ctrl_c_before_the_second_try_keeps_the_first_and_restores_the_handlers(tmp_path):
+    # a and b run together and b times out; Ctrl-C comes while c runs, before b's retry.
+    fake = _fake(slow=str(tmp_path / "b"), ctrl_c=str(tmp_path / "c"))
+    handlers = {
+        sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    }
+    err = io.StringIO()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _grade_three(tmp_path, 2, err, fake)
+        after = {sig: signal.getsignal(sig) for sig in handlers}
+    finally:
+        for sig, handler in handlers.items():  # so that a failure here spares later tests
+            signal.signal(sig, handler)
+    assert after == handlers, "grade() left Ctrl-C, SIGTERM or SIGHUP ignored"
+    rows = list(csv.DictReader(open(tmp_path / "g.csv", newline="")))
+    assert [(Path(r["submission"]).parent.name, r["status"]) for r in rows] == [
+        ("a", "ok"),
+        ("b", "timeout"),
+    ]
+    assert "Interrupted: 2 of 3 graded" in err.getvalue()
+    text = "\n".join(p.read_text() for p in (tmp_path / "fb").iterdir())
+    assert "the batch was interrupted before it could be graded again alone" in text

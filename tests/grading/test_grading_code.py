@@ -1,0 +1,46 @@
+"""The grader's code, for its next reader."""
+
+from __future__ import annotations
+
+from conftest import ROOT
+
+# ---------------------------------------------------------------- the code, for its next reader
+
+LONG = 60  # lines: a function longer than this says why in its docstring
+LONG_BECAUSE = f"Over {LONG} lines because"
+
+
+def test_no_grading_function_is_long_without_saying_why():
+    import ast
+
+    long = []
+    for path in [
+        *sorted((ROOT / "ddp_helpers" / "grading").glob("*.py")),
+        ROOT / "ddp_helpers" / "__main__.py",
+    ]:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            lines = node.end_lineno - node.lineno + 1
+            if lines > LONG and LONG_BECAUSE not in (ast.get_docstring(node) or ""):
+                long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {lines} lines")
+    assert not long, (
+        f"split these, or say why in the docstring ('{LONG_BECAUSE} ...'):\n" + "\n".join(long)
+    )
+
+
+def test_a_stopped_notebooks_traceback_keeps_the_learners_line_above_a_deep_stack():
+    from ddp_helpers.grading.kernel import error_text
+
+    deep = [f"File /site-packages/lib.py:{n}, in f{n}()\n---> {n} f{n + 1}()" for n in range(30)]
+    cell = "Cell In[3], line 14\n     13 x = 1\n---> 14 launch(spin, nprocs=2)"
+    error = {
+        "traceback": ["\x1b[0;31mKeyboardInterrupt\x1b[0m", cell, *deep, "KeyboardInterrupt: "]
+    }
+    text = error_text(error)
+    assert text.startswith("Cell In[3], line 14") and "launch(spin, nprocs=2)" in text
+    assert text.endswith("KeyboardInterrupt:") and "f29()" in text and "f0()" not in text
+    short = {"traceback": [cell, deep[0], "KeyboardInterrupt: "]}
+    assert error_text(short) == "\n".join(
+        [*cell.splitlines(), *deep[0].splitlines(), "KeyboardInterrupt:"]
+    )
