@@ -25,7 +25,7 @@ MESSAGES = i18n.messages(
         ),
         "backward": "3  backward",
         "backward_caption": (
-            "A hook copies each gradient, divided by the world size, into its bucket. Once "
+            "A hook copies each gradient, times 1/world size, into its bucket. Once "
             "a bucket holds all its gradients, its all_reduce (a sum) starts while backward "
             "computes the rest. First bucket 1 MiB, the others 25 MiB. Then every rank "
             "holds the average gradient."
