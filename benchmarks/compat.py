@@ -6,7 +6,8 @@ runs the lessons' own set-up cell there (the one `build` writes for Colab and Ka
 the course's wheel in place of the repository: no constraints.txt), and checks that the
 install changed nothing that was there (torch, the kernel packages, the rest) and that
 `pip check` is clean. Then, in that venv, the four solution notebooks run
-under nbclient and every exercise's check must say correct, with no warning; the
+under nbclient, 3 times each (--repeat), and every exercise's check must say correct, with
+no warning, every time; the
 launcher's fault tests run there (which rank is blamed rests on torch's error text); and
 gloo's teardown deadlock is reproduced with the launcher's fix off and on
 (benchmarks/gloo_teardown.py): the table says whether that torch still needs the fix.
@@ -296,35 +297,46 @@ def _text(nb) -> str:
     return "\n".join(parts)
 
 
-def run_notebooks(e: Environment, py: Path, work: Path, env: dict) -> None:
-    """Each solution notebook in the venv's kernel: every check correct, no warning."""
-    import nbformat
-
-    from ddp_helpers.exercises import LESSONS, exercises_of, notebook_name
+def run_notebooks(e: Environment, py: Path, work: Path, env: dict, repeat: int = 3) -> None:
+    """Each solution notebook in the venv's kernel, `repeat` times, each time in a fresh
+    kernel and folder: every check correct, no warning. A run that is clean once and not
+    the next is a finding too (a hang under load, a race)."""
+    from ddp_helpers.exercises import LESSONS
 
     e.figures["notebooks"] = {}
     for lesson in LESSONS:
-        path = ROOT / "solutions" / notebook_name(lesson)
-        nb = nbformat.read(path, as_version=4)
-        t0 = time.monotonic()
-        try:  # in a folder of its own, as a learner's working folder
-            execute(py, work, nb, work / f"{e.name}-run-{lesson}", env)
-        except Exception as exc:  # noqa: BLE001 - the cell's error is the finding
-            e.problems.append(f"{path.name}: {type(exc).__name__}: {str(exc)[-1500:]}")
-        seconds = time.monotonic() - t0
-        text = _text(nb)
-        ids = [ex.id for ex in exercises_of(lesson)]
-        passed = [i for i in ids if f"✅ Exercise {i}: correct" in text]
-        e.figures["notebooks"][lesson] = (seconds, len(passed), len(ids))
-        if len(passed) != len(ids):
-            e.problems.append(
-                f"{path.name}: checks correct for {passed} of {ids}"
-                + "".join(f"\n    {line}" for line in text.splitlines() if line[:1] in "❌⏳")
-            )
-        warnings = [line for line in text.splitlines() if "[ddp_helpers] warning" in line]
-        noise = [line for line in text.splitlines() if "[Gloo]" in line]
-        if warnings or noise:
-            e.problems.append(f"{path.name}: " + "; ".join(warnings + noise[:3]))
+        runs = [_run_notebook(e, py, work, env, lesson, n) for n in range(repeat)]
+        e.figures["notebooks"][lesson] = runs
+
+
+def _run_notebook(e: Environment, py: Path, work: Path, env: dict, lesson: str, n: int):
+    """(seconds, checks correct, checks) of one run of a solution; its problems noted."""
+    import nbformat
+
+    from ddp_helpers.exercises import exercises_of, notebook_name
+
+    path = ROOT / "solutions" / notebook_name(lesson)
+    nb = nbformat.read(path, as_version=4)
+    t0 = time.monotonic()
+    try:  # in a folder of its own, as a learner's working folder
+        execute(py, work, nb, work / f"{e.name}-run-{lesson}-{n}", env)
+    except Exception as exc:  # noqa: BLE001 - the cell's error is the finding
+        e.problems.append(f"{path.name} (run {n + 1}): {type(exc).__name__}: {str(exc)[-1500:]}")
+    seconds = time.monotonic() - t0
+    text = _text(nb)
+    ids = [ex.id for ex in exercises_of(lesson)]
+    passed = [i for i in ids if f"✅ Exercise {i}: correct" in text]
+    where = f"{path.name} (run {n + 1})"
+    if len(passed) != len(ids):
+        e.problems.append(
+            f"{where}: checks correct for {passed} of {ids}"
+            + "".join(f"\n    {line}" for line in text.splitlines() if line[:1] in "❌⏳")
+        )
+    warnings = [line for line in text.splitlines() if "[ddp_helpers] warning" in line]
+    noise = [line for line in text.splitlines() if "[Gloo]" in line]
+    if warnings or noise:
+        e.problems.append(f"{where}: " + "; ".join(warnings + noise[:3]))
+    return seconds, len(passed), len(ids)
 
 
 def run_fault_tests(e: Environment, py: Path, work: Path, env: dict) -> None:
@@ -378,13 +390,15 @@ def run_teardown_reproducer(e: Environment, py: Path, work: Path, env: dict) -> 
         e.problems.append(f"teardown: {kept[0]} of {kept[1]} runs bad with the groups kept")
 
 
-def check_environment(e: Environment, wheel: Path, work: Path, env: dict, cache: Path) -> None:
+def check_environment(
+    e: Environment, wheel: Path, work: Path, env: dict, cache: Path, repeat: int = 3
+) -> None:
     print(f"[{e.name}] python{e.python}: {' '.join(e.holds)}", flush=True)
     try:
         py = prepare(e, work, env, cache)
         install_course(e, py, wheel, work, env)
         print(f"[{e.name}] set-up cell: {e.figures['install_s']:.1f} s; notebooks", flush=True)
-        run_notebooks(e, py, work, env)
+        run_notebooks(e, py, work, env, repeat)
         print(f"[{e.name}] fault tests", flush=True)
         run_fault_tests(e, py, work, env)
         print(f"[{e.name}] gloo's teardown deadlock, fix off and on", flush=True)
@@ -410,8 +424,13 @@ def report(envs: list[Environment], wheel: Path) -> None:
     for lesson in LESSONS:
         cells = []
         for e in envs:
-            got = e.figures.get("notebooks", {}).get(lesson)
-            cells.append(f"{got[0]:.1f} s, {got[1]}/{got[2]} ✅" if got else "-")
+            runs = e.figures.get("notebooks", {}).get(lesson)
+            if not runs:
+                cells.append("-")
+                continue
+            clean = sum(correct == total for _, correct, total in runs)
+            times = [seconds for seconds, _, _ in runs]
+            cells.append(f"{clean}/{len(runs)} runs all ✅, {min(times):.1f}-{max(times):.1f} s")
         rows.append((f"solutions/{lesson}", *cells))
     rows.append(("fault tests", *(e.figures.get("fault_tests", "-") for e in envs)))
     rows.append(("gloo teardown", *(e.figures.get("teardown", "-") for e in envs)))
@@ -429,6 +448,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=["oldest", "newest"], action="append")
     parser.add_argument("--keep", action="store_true", help="keep the venvs (GBs) and print where")
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="runs of each solution notebook (default 3)"
+    )
     default_cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
     parser.add_argument(
         "--cache",
@@ -444,7 +466,7 @@ def main() -> int:
         envs = [e for e in environments(env) if not args.only or e.name in args.only]
         wheel = build_wheel(work / "dist", env)
         for e in envs:
-            check_environment(e, wheel, work, env, args.cache)
+            check_environment(e, wheel, work, env, args.cache, args.repeat)
         report(envs, wheel)
         size = sum(f.stat().st_size for f in args.cache.glob("*") if f.is_file())
         print(f"\nwheels kept in {args.cache}: {size / 2**30:.1f} GB")
