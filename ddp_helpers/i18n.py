@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import string
 from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
@@ -135,6 +136,7 @@ JOINS = messages(
     {
         "list": ", ",
         "and": "{first} and {last}",
+        "and_groups": "{first} and {last}",  # the last of several groups, each a list itself
         "sentence": " ",
         "clause": "; ",
         "stop": ".",
@@ -147,10 +149,19 @@ def listed(items) -> str:
     return JOINS["list"].join(map(str, items))
 
 
-def and_listed(items) -> str:
-    """'0, 1 and 2' (Japanese: '0、1 と 2'); one item as it is."""
+_WIDE = "\u3000-\u9fff\uff00-\uffef"  # CJK characters and punctuation, full-width forms
+_SPACE_BETWEEN_WIDE = re.compile(f"(?<=[{_WIDE}]) (?=[{_WIDE}])")
+
+
+def and_listed(items, groups: bool = False) -> str:
+    """'0, 1 and 2' (Japanese: '0、1 と 2'); one item as it is. `groups`: items that are
+    lists themselves ('4.1 and 4.2, 2.1 from lesson 02 and ...'; Japanese joins them with 、).
+    A space the template puts between two CJK characters goes: 「と レッスン」 is 「とレッスン」."""
     *first, last = map(str, items)
-    return JOINS["and"].format(first=listed(first), last=last) if first else last
+    if not first:
+        return last
+    template = JOINS["and_groups" if groups else "and"]
+    return _SPACE_BETWEEN_WIDE.sub("", template.format(first=listed(first), last=last))
 
 
 def sentences(*parts: str) -> str:

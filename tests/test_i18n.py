@@ -43,7 +43,8 @@ def test_the_japanese_solution_has_the_english_code_and_translates_every_markdow
 
 
 def _is_japanese(ch: str) -> bool:
-    return "\u3040" <= ch <= "\u30ff" or "\u4e00" <= ch <= "\u9fff"
+    """Kana, kanji, or Japanese punctuation (、。「」: a join's translation may be only that)."""
+    return "\u3001" <= ch <= "\u30ff" or "\u4e00" <= ch <= "\u9fff"
 
 
 def _copy_course(tmp_path: Path) -> Path:

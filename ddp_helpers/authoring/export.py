@@ -146,7 +146,7 @@ def _not_done(notebook: Path, stubs: list[str]) -> str:
         MESSAGES["pasted"].format(which=_listed(ids), lesson=other)
         for other, ids in sorted(earlier.items())
     ]
-    missing = i18n.and_listed(parts)
+    missing = i18n.and_listed(parts, groups=True)
     if earlier:
         what = MESSAGES["finish_and_paste" if own else "paste"]
     else:
