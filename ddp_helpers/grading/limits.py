@@ -92,8 +92,17 @@ class _Cgroups(Limits):
         (folders["pids"] / "pids.max").write_text(str(tasks))
 
     @staticmethod
-    def _tasks_refused(folders: dict[str, Path]) -> bool:
-        return bool(counters(folders["pids"] / "pids.events").get("max", 0))
+    def _memory_hit(folder: Path) -> bool:
+        """Whether the kernel held the memory cgroup at its limit (each version's counters)."""
+        raise NotImplementedError
+
+    @classmethod
+    def hit(cls, folders: dict[str, Path], memory: int | None, memory_errors: int):
+        if memory and cls._memory_hit(folders["memory"]):
+            return "memory", _OOM
+        if counters(folders["pids"] / "pids.events").get("max", 0):
+            return "tasks", _FORK_REFUSED
+        return None
 
 
 class Cgroup2(_Cgroups):
@@ -124,13 +133,9 @@ class Cgroup2(_Cgroups):
         return "0"  # swap on top of memory.max
 
     @staticmethod
-    def hit(folders: dict[str, Path], memory: int | None, memory_errors: int):
-        events = counters(folders["memory"] / "memory.events")
-        if memory and (events.get("oom_kill", 0) or events.get("max", 0)):
-            return "memory", _OOM
-        if _Cgroups._tasks_refused(folders):
-            return "tasks", _FORK_REFUSED
-        return None
+    def _memory_hit(folder: Path) -> bool:
+        events = counters(folder / "memory.events")
+        return bool(events.get("oom_kill", 0) or events.get("max", 0))
 
 
 class Cgroup1(_Cgroups):
@@ -151,17 +156,12 @@ class Cgroup1(_Cgroups):
         return str(memory)  # memory and swap together
 
     @staticmethod
-    def hit(folders: dict[str, Path], memory: int | None, memory_errors: int):
-        folder = folders["memory"]
-        if memory and (
+    def _memory_hit(folder: Path) -> bool:
+        return bool(
             counters(folder / "memory.oom_control").get("oom_kill", 0)
             or read_int(folder / "memory.failcnt")
             or read_int(folder / "memory.memsw.failcnt")
-        ):
-            return "memory", _OOM
-        if _Cgroups._tasks_refused(folders):
-            return "tasks", _FORK_REFUSED
-        return None
+        )
 
 
 class Rlimit(Limits):
