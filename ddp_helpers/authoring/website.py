@@ -109,8 +109,8 @@ def site_notebook(solution, lesson):
     return page
 
 
-# The language switch at the top of every page: to the same lesson in the other edition.
-SWITCH = {"en": "[日本語版 (Japanese)]({path})", "ja": "[English edition (英語版)]({path})"}
+# The language switch at the top of every page: to the same lesson in the edition named.
+SWITCH = {"ja": "[日本語版 (Japanese)]({path})", "en": "[English edition (英語版)]({path})"}
 
 
 def editions(root: Path) -> list[str]:
@@ -120,19 +120,25 @@ def editions(root: Path) -> list[str]:
     return ["en"] + [lang for lang in EDITIONS if (root / "solutions" / lang).is_dir()]
 
 
+def _folder(lang: str) -> str:
+    """Where an edition's pages (and its solutions, lessons and home page) are: "" or "ja/"."""
+    return "" if lang == "en" else f"{lang}/"
+
+
 def _with_switch(page, lang: str, name: str, languages: list[str]):
     """The page with, after its title, a link to each other edition's page of the lesson."""
+    from ..exercises import lesson_of_notebook
     from ..nbformat_quick import nbformat as _nbformat
 
-    links = []
-    for other in languages:
-        if other != lang:
-            up = "" if lang == "en" else "../"
-            path = f"{up}{'' if other == 'en' else other + '/'}{name}"
-            links.append(SWITCH[lang if other == "en" else "en"].format(path=path))
+    up = "../" * _folder(lang).count("/")
+    links = [
+        SWITCH[other].format(path=f"{up}{_folder(other)}{name}")
+        for other in languages
+        if other != lang
+    ]
     if links:
         cell = _nbformat().v4.new_markdown_cell(" · ".join(links))
-        cell["id"] = f"{name[:2]}-site-language"
+        cell["id"] = f"{lesson_of_notebook(name)}-site-language"
         page.cells.insert(1, cell)
     return page
 
@@ -149,7 +155,7 @@ def write_sources(root: Path, src: Path) -> list[str]:
     languages = editions(root)
     names = []
     for lang in languages:
-        sub = "" if lang == "en" else f"{lang}/"
+        sub = _folder(lang)
         (src / sub).mkdir(exist_ok=True)
         shutil.copy(root / "site" / sub / "index.md", src / sub / "index.md")
         for path in _solutions(root / "solutions" / sub):
