@@ -119,9 +119,9 @@ MESSAGES = messages(
         "gather_other.title": "another collection",
         "gather_ok": "Every rank ends with [0, 1, 2].",
         "finding.gil": (
-            "Finding: together the two threads used about one core's worth of CPU time, "
-            "where threads running at once would use two: the GIL let one thread at a time "
-            "run Python."
+            "Finding: together the two threads used at most about one core's worth of CPU "
+            "time, where threads running at once would use two: the GIL let one thread at a "
+            "time run Python."
         ),
         "finding.no_gil": (
             "Finding: the two threads used more than one core at once, which the GIL does "
