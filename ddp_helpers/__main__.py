@@ -8,7 +8,6 @@ import sys
 
 from .authoring.translations import EDITIONS
 from .exercises import LESSONS
-from .grading.defaults import DEFAULT_TASKS, DEFAULT_TIMEOUT, VISIBILITIES, sandbox_from_env
 
 
 def _positive(text: str) -> float:
@@ -49,10 +48,15 @@ def _pattern(text: str):
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = argparse.ArgumentParser(prog="python -m ddp_helpers", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_build, _add_export, _add_grade, _add_pace, _add_autograder, _add_merge):
-        add(commands)
+    for name, (fill, run, about) in _COMMANDS.items():
+        sub = commands.add_parser(name, help=about[0], description=about[-1])
+        sub.set_defaults(run=run)
+        # Only the command run gets its options, so that `build` loads nothing of the grader.
+        if argv[:1] == [name]:
+            fill(sub)
     args = parser.parse_args(argv)
     return args.run(args, parser)
 
@@ -65,8 +69,7 @@ def _error(exc) -> int:
 # ---------------------------------------------------------------- build
 
 
-def _add_build(commands) -> None:
-    build = commands.add_parser("build", help="write lessons/ from solutions/")
+def _fill_build(build) -> None:
     how = build.add_mutually_exclusive_group()
     how.add_argument(
         "--check", action="store_true", help="write nothing; fail if lessons/ is out of date"
@@ -89,7 +92,6 @@ def _add_build(commands) -> None:
         choices=["en", *EDITIONS],
         help="with --execute: run only this edition's notebooks (repeatable; default: all)",
     )
-    build.set_defaults(run=_build)
 
 
 def _build(args, parser) -> int:
@@ -116,11 +118,9 @@ def _build(args, parser) -> int:
 # ---------------------------------------------------------------- export
 
 
-def _add_export(commands) -> None:
-    export = commands.add_parser("export", help="a notebook's training code as a torchrun script")
+def _fill_export(export) -> None:
     export.add_argument("notebook", help="e.g. solutions/04_sampler_and_checkpoint.ipynb")
     export.add_argument("-o", "--output", default="train.py", help="the script to write")
-    export.set_defaults(run=_export)
 
 
 def _export(args, parser) -> int:
@@ -137,13 +137,9 @@ def _export(args, parser) -> int:
 # ---------------------------------------------------------------- grade
 
 
-def _add_grade(commands) -> None:
-    grade = commands.add_parser(
-        "grade",
-        help="run and score learners' notebooks; write a CSV of grades",
-        description="Run each submitted notebook in a fresh kernel and score its exercises "
-        "with the grader's own checks. One CSV row per submission.",
-    )
+def _fill_grade(grade) -> None:
+    from .grading.defaults import DEFAULT_TIMEOUT
+
     grade.add_argument("paths", nargs="+", metavar="PATH", help="notebooks or folders of them")
     grade.add_argument("--out", default="grades.csv", help="the CSV to write (grades.csv)")
     grade.add_argument("--feedback", metavar="DIR", help="write one Markdown file per submission")
@@ -169,10 +165,11 @@ def _add_grade(commands) -> None:
     )
     _add_grade_outputs(grade.add_argument_group("for an LMS, Gradescope and the instructor"))
     _add_confinement(grade.add_argument_group("confinement of each submission"))
-    grade.set_defaults(run=_grade)
 
 
 def _add_grade_outputs(outputs) -> None:
+    from .grading.defaults import VISIBILITIES
+
     outputs.add_argument(
         "--student-from",
         metavar="PATTERN",
@@ -197,6 +194,8 @@ def _add_grade_outputs(outputs) -> None:
 
 
 def _add_confinement(box) -> None:
+    from .grading.defaults import DEFAULT_TASKS, sandbox_from_env
+
     box.add_argument(
         "--sandbox",
         action=argparse.BooleanOptionalAction,
@@ -280,12 +279,8 @@ def _unwritable(exc: OSError, out) -> str:
 # ---------------------------------------------------------------- pace, autograder, merge
 
 
-def _add_pace(commands) -> None:
-    pace = commands.add_parser(
-        "pace",
-        help="each lesson's core-path estimate, part by part (the figure atop each notebook)",
-    )
-    pace.set_defaults(run=_pace)
+def _fill_pace(pace) -> None:
+    """pace takes no options."""
 
 
 def _pace(args, parser) -> int:
@@ -295,15 +290,9 @@ def _pace(args, parser) -> int:
     return 0
 
 
-def _add_autograder(commands) -> None:
-    autograder = commands.add_parser(
-        "autograder",
-        help="Gradescope's autograder zip for one lesson (setup.sh, run_autograder, the grader)",
-        description="Build the zip to upload as a Gradescope programming assignment's "
-        "autograder: setup.sh installs CPU-only torch and this course's package at its pins; "
-        "run_autograder grades the submitted notebook into results.json, Gradescope's "
-        "container being the sandbox.",
-    )
+def _fill_autograder(autograder) -> None:
+    from .grading.defaults import DEFAULT_TIMEOUT, VISIBILITIES
+
     autograder.add_argument(
         "--lesson", required=True, choices=sorted(LESSONS), help="the lesson it grades"
     )
@@ -323,7 +312,6 @@ def _add_autograder(commands) -> None:
         default="after_published",
         help="when Gradescope shows the grader's extra cases (%(default)s)",
     )
-    autograder.set_defaults(run=_autograder)
 
 
 def _autograder(args, parser) -> int:
@@ -336,13 +324,7 @@ def _autograder(args, parser) -> int:
     return 0
 
 
-def _add_merge(commands) -> None:
-    merge = commands.add_parser(
-        "merge",
-        help="put the points of grades.csv into an LMS gradebook export, ready to import",
-        description="Write the gradebook again with each learner's points in one column, "
-        "matching the export's --key column with the student column of grades.csv.",
-    )
+def _fill_merge(merge) -> None:
     merge.add_argument("grades", help="the CSV `grade` wrote")
     merge.add_argument("--into", required=True, metavar="CSV", help="the LMS's gradebook export")
     merge.add_argument(
@@ -355,7 +337,6 @@ def _add_merge(commands) -> None:
     )
     merge.add_argument("--lesson", choices=sorted(LESSONS), help="only this lesson's rows")
     merge.add_argument("-o", "--out", required=True, help="the file to import")
-    merge.set_defaults(run=_merge)
 
 
 def _merge(args, parser) -> int:
@@ -366,6 +347,47 @@ def _merge(args, parser) -> int:
     except (MergeError, OSError) as exc:
         return _error(exc)
     return 0
+
+
+# Each command: how its options are added, what runs it, and its help (then its description).
+_COMMANDS = {
+    "build": (_fill_build, _build, ("write lessons/ from solutions/",)),
+    "export": (_fill_export, _export, ("a notebook's training code as a torchrun script",)),
+    "grade": (
+        _fill_grade,
+        _grade,
+        (
+            "run and score learners' notebooks; write a CSV of grades",
+            "Run each submitted notebook in a fresh kernel and score its exercises with the "
+            "grader's own checks. One CSV row per submission.",
+        ),
+    ),
+    "pace": (
+        _fill_pace,
+        _pace,
+        ("each lesson's core-path estimate, part by part (the figure atop each notebook)",),
+    ),
+    "autograder": (
+        _fill_autograder,
+        _autograder,
+        (
+            "Gradescope's autograder zip for one lesson (setup.sh, run_autograder, the grader)",
+            "Build the zip to upload as a Gradescope programming assignment's autograder: "
+            "setup.sh installs CPU-only torch and this course's package at its pins; "
+            "run_autograder grades the submitted notebook into results.json, Gradescope's "
+            "container being the sandbox.",
+        ),
+    ),
+    "merge": (
+        _fill_merge,
+        _merge,
+        (
+            "put the points of grades.csv into an LMS gradebook export, ready to import",
+            "Write the gradebook again with each learner's points in one column, matching the "
+            "export's --key column with the student column of grades.csv.",
+        ),
+    ),
+}
 
 
 if __name__ == "__main__":
