@@ -92,41 +92,44 @@ def epoch_lines(stdout):
     return [line for line in stdout.splitlines() if line.startswith(("epoch ", "resuming "))]
 
 
-def test_the_exported_capstone_runs_under_torchrun_saves_once_and_equals_one_process(tmp_path):
-    script = tmp_path / "train.py"
-    result = export(SOLUTION, script)
-    assert result.returncode == 0, result.stderr
-    assert "torchrun --standalone --nproc-per-node 2" in result.stdout
-    spy = tmp_path / "spy"
+@pytest.fixture(scope="module")
+def two_epochs(tmp_path_factory):
+    """The solved capstone exported and run for 2 epochs under torchrun, with every
+    torch.save logged: (its folder, the export's output, the run's output)."""
+    folder = tmp_path_factory.mktemp("capstone")
+    script = folder / "train.py"
+    exported = export(SOLUTION, script)
+    assert exported.returncode == 0, exported.stderr
+    spy = folder / "spy"
     spy.mkdir()
     (spy / "sitecustomize.py").write_text(SAVE_SPY)
-    log = tmp_path / "saves.log"
-    env = {"PYTHONPATH": str(spy), "SAVES_LOG": str(log)}
+    env = {"PYTHONPATH": str(spy), "SAVES_LOG": str(folder / "saves.log")}
+    return folder, exported, torchrun(script, "--epochs", "2", "--checkpoint", "ckpt.pt", env=env)
 
-    run = torchrun(script, "--epochs", "2", "--checkpoint", "ckpt.pt", env=env)
+
+def test_the_exported_capstone_runs_under_torchrun_saves_once_and_equals_one_process(two_epochs):
+    folder, exported, run = two_epochs
+    assert "torchrun --standalone --nproc-per-node 2" in exported.stdout
     assert WARNING not in run.stderr  # no CUDA here: nothing to warn about
 
     # Rank 0 alone wrote, once after each epoch, beside the path given on the command line,
     # then moved it there (no .tmp is left); and rank 0 alone said each epoch's loss.
-    assert log.read_text().splitlines() == ["0 ckpt.pt.tmp", "0 ckpt.pt.tmp"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt", "saves.log", "spy", "train.py"]
+    assert (folder / "saves.log").read_text().splitlines() == ["0 ckpt.pt.tmp", "0 ckpt.pt.tmp"]
+    assert sorted(p.name for p in folder.iterdir()) == ["ckpt.pt", "saves.log", "spy", "train.py"]
     lines = epoch_lines(run.stdout)
     assert [line.split(":")[0] for line in lines] == ["epoch 0", "epoch 1"], run.stdout
     assert all(line.endswith("over 96 examples") for line in lines), lines  # all ranks' share
-    snapshot = torch.load(tmp_path / "ckpt.pt", map_location="cpu", weights_only=True)
+    snapshot = torch.load(folder / "ckpt.pt", map_location="cpu", weights_only=True)
     assert snapshot.keys() == {"model", "optimizer", "epoch"} and snapshot["epoch"] == 1
     reference = capstone.one_process_weights(2)  # one process, the same global batches
     diff = weights_diff(snapshot["model"], reference)
     assert diff < 1e-6, diff
 
 
-def test_the_logged_loss_is_the_mean_over_every_rank_and_batch(tmp_path):
-    script = tmp_path / "train.py"
-    assert export(SOLUTION, script).returncode == 0
-    run = torchrun(script, "--epochs", "1")
-    (line,) = epoch_lines(run.stdout)
-    logged = float(line.split("loss ")[1].split()[0])
-    # One process on the same 6 global batches of 16, each batch's loss before its step.
+def test_the_logged_loss_is_the_mean_over_every_rank_and_batch(two_epochs):
+    _, _, run = two_epochs
+    logged = float(epoch_lines(run.stdout)[0].split("loss ")[1].split()[0])
+    # One process on epoch 0's 6 global batches of 16, each batch's loss before its step.
     x, y = capstone.make_dataset().tensors
     model = capstone.make_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=capstone.LR)
