@@ -5,15 +5,14 @@ saved into the course) on a free port. In the browser: no pop-up on arrival; eac
 run from the Run menu with every code cell run, rank lines on the page, every check "not
 attempted" and no traceback; exercise 1.1 answered right and wrong; a hanging `%%ddp`
 cell stopped from the toolbar within 3 s, with the ranks' stacks, and the kernel still
-usable; then lesson 01 the same way in Jupyter Notebook 7 (`make notebook`). A screenshot
-of each lesson goes to a temporary folder, named at the end of the run. The browser is the
-system's Chromium (`make test` installs Debian's as root) or Playwright's own; without one,
-these tests fail saying what to install.
+usable. (Jupyter Notebook 7, `make notebook`: tests/test_browser_ja.py runs lesson 01 there,
+in Japanese.) A screenshot of each lesson goes to a temporary folder, named at the end of
+the run. The browser is the system's Chromium (`make test` installs Debian's as root) or
+Playwright's own; without one, these tests fail saying what to install.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import tempfile
@@ -109,6 +108,24 @@ def _run_all(page, limit: float = 60, words=WORDS) -> list[str]:
     return _wait_all_ran(page, count, limit)
 
 
+def _run_above(page, text: str) -> None:
+    """Run All Above Selected Cell, from the Run menu, with the first cell that holds text
+    selected: the set-up a cell further down needs, without the rest of the lesson."""
+    cells = _notebook(page).locator(".jp-Cell")
+    index = next(i for i, t in enumerate(cells.all_inner_texts()) if text in t)
+    above = sum(
+        cells.nth(i).locator(".jp-InputPrompt").count() > 0
+        and "jp-CodeCell" in (cells.nth(i).get_attribute("class") or "")
+        for i in range(index)
+    )
+    cells.nth(index).locator(".jp-InputPrompt").click()  # selects it (its left edge collapses)
+    _run_menu(page, "Run All Above Selected Cell")
+    deadline = time.monotonic() + 60
+    while not all(re.fullmatch(r"\[\d+\]:", p.strip()) for p in _prompts(page)[:above]):
+        assert time.monotonic() < deadline, f"the cells above were not run: {_prompts(page)}"
+        time.sleep(0.25)
+
+
 def _cell_with(page, text: str):
     return _notebook(page).locator(".jp-CodeCell", has_text=text).first
 
@@ -189,7 +206,7 @@ def _assert_ran_clean(text: str, lesson: str) -> None:
 def test_exercise_1_1_typed_right_then_wrong(lab, page, shots):
     base, _ = lab
     _open(page, base, FIRST)
-    _run_all(page)
+    _run_above(page, "def gpu_for_this_rank():")  # the lesson up to the exercise
     stub = _cell_with(page, "def gpu_for_this_rank():")
     check = _cell_with(page, "ex.q1.check(gpu_for_this_rank)")
     answers = {
@@ -213,8 +230,7 @@ def test_exercise_1_1_typed_right_then_wrong(lab, page, shots):
 def test_a_hanging_ddp_cell_stops_from_the_toolbar_with_the_ranks_stacks(lab, page):
     base, _ = lab
     _open(page, base, FIRST)
-    _run_all(page)
-    _notebook(page).locator(".jp-Cell").last.click()
+    _run_above(page, "def whoami():")  # the set-up and imports: %%ddp is loaded
     hang = _run_new_cell_below(
         page, "%%ddp -n 2\nimport time\nprint('waiting', flush=True)\ntime.sleep(600)"
     )
@@ -234,38 +250,3 @@ def test_a_hanging_ddp_cell_stops_from_the_toolbar_with_the_ranks_stacks(lab, pa
     assert "rank 0:" in out and "rank 1:" in out and "time.sleep(600)" in out
     # The same kernel runs the next cell.
     _wait_for_output(_run_new_cell_below(page, "print(6 * 7)"), "42", 20)
-
-
-def test_make_notebook_runs_lesson_01_in_notebook_7(tmp_path, page, shots):
-    """`make notebook` (Jupyter Notebook 7, the course's settings): lesson 01 opens, every
-    cell comes into the page, Run All Cells runs it clean, and nothing pops up."""
-    shutil.copytree(ROOT / "lessons", tmp_path / "lessons")
-    nb = nbformat.read(tmp_path / "lessons" / FIRST, as_version=4)
-    code = sum(c.cell_type == "code" for c in nb.cells)
-    with make_lab(TOKEN, target="notebook", LAB_ROOT=str(tmp_path)) as base:
-        tab = page.context.browser.new_page(viewport={"width": 1280, "height": 900})
-        tab.set_default_timeout(60_000)
-        try:
-            tab.goto(f"{base}/?token={TOKEN}")
-            _notebook(tab).wait_for()
-            assert tab.url.endswith(f"/notebooks/lessons/{FIRST}")
-            tab.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").wait_for()
-            # The course's settings, as this page loaded them (Notebook 7's own defaults
-            # differ): no build prompts, every cell rendered.
-            config = json.loads(tab.locator("#jupyter-config-data").text_content())
-            assert config["buildCheck"] is False and config["buildAvailable"] is False
-            tracker = f"{base}{config['settingsUrl']}/@jupyterlab/notebook-extension:tracker"
-            fetch = "async url => (await (await fetch(url)).json()).schema.properties"
-            mode = tab.evaluate(fetch, f"{tracker}?token={TOKEN}")["windowingMode"]
-            assert mode["default"] == "none"
-            deadline = time.monotonic() + 30  # every cell in the page: windowingMode none
-            while (shown := _notebook(tab).locator(".jp-Cell").count()) != len(nb.cells):
-                assert time.monotonic() < deadline, f"{shown} of {len(nb.cells)} cells shown"
-                time.sleep(0.2)
-            assert len(_run_all(tab)) == code
-            _assert_ran_clean(_notebook(tab).inner_text(), "01")
-            assert tab.locator(".Toastify__toast").all_inner_texts() == []
-            assert tab.locator(".jp-Dialog").count() == 0
-            tab.screenshot(path=shots / "notebook7_01.png")
-        finally:
-            tab.close()

@@ -1,13 +1,18 @@
-"""The Japanese edition as a learner meets it: `make lab LANG=ja`, in a real Chromium.
+"""The Japanese edition as a learner meets it: `make lab LANG=ja` and `make notebook LANG=ja`,
+in a real Chromium.
 
-JupyterLab opens on lessons/ja/01 with its menus in Japanese; each Japanese lesson runs clean
-from the Run menu, its checks answering in Japanese; the page's Japanese text and the
-pictures' labels are drawn with a Japanese font (no empty boxes). A screenshot of each lesson
-goes to the same temporary folder as the English ones'.
+JupyterLab opens on lessons/ja/01 with its menus in Japanese; each Japanese lesson comes into
+the page whole, its Japanese text drawn with a Japanese font (no empty boxes). Lesson 04 runs
+clean from JupyterLab's Run menu and lesson 01 from Notebook 7's, their checks answering in
+Japanese and their pictures' labels drawn without a missing glyph. Lessons 02 and 03 are not
+run here: their code is the English lessons' (tests/authoring/test_lessons.py holds it so),
+which tests/test_browser.py runs, and their solved Japanese notebooks run under nbval. A
+screenshot of each lesson goes to the same temporary folder as the English ones'.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 
@@ -69,19 +74,37 @@ def test_make_lab_lang_ja_opens_the_japanese_first_lesson_with_japanese_menus(la
     assert "ファイル" in menus and WORDS["run"] in menus, menus  # File, Run: the language pack
 
 
+RUN_IN_LAB = ("04",)  # the capstone; lesson 01 runs in Notebook 7 below
+
+
 @pytest.mark.parametrize("lesson", sorted(LESSONS))
-def test_each_japanese_lesson_runs_clean_with_japanese_checks_and_fonts(lab, page, lesson, request):
+def test_each_japanese_lesson_comes_whole_in_a_japanese_font_and_04_runs_clean(
+    lab, page, lesson, request
+):
     base, served = lab
     name = notebook_name(lesson)
     nb = nbformat.read(served / "lessons" / "ja" / name, as_version=4)
-    code = sum(c.cell_type == "code" for c in nb.cells)
     _open_path(page, base, f"ja/{name}", TOKEN, WORDS)
+    _wait_whole(page, len(nb.cells))
+    assert page.evaluate(GLYPHS_DIFFER, ".jp-RenderedMarkdown"), "Japanese drawn as empty boxes"
+    if lesson in RUN_IN_LAB:
+        assert len(_run_all(page, words=WORDS)) == sum(c.cell_type == "code" for c in nb.cells)
+        _assert_ran_clean_in_japanese(_notebook(page).inner_text(), lesson)
+    shots = request.getfixturevalue("shots")
+    page.screenshot(path=shots / f"ja_{name.removesuffix('.ipynb')}.png", full_page=False)
+
+
+def _wait_whole(page, cells: int) -> None:
+    """Every cell in the page (windowingMode none, from the course's settings)."""
     deadline = time.monotonic() + 30
-    while (shown := _notebook(page).locator(".jp-Cell").count()) != len(nb.cells):
-        assert time.monotonic() < deadline, f"{shown} of {len(nb.cells)} cells in the page"
+    while (shown := _notebook(page).locator(".jp-Cell").count()) != cells:
+        assert time.monotonic() < deadline, f"{shown} of {cells} cells in the page"
         time.sleep(0.2)
-    assert len(_run_all(page, words=WORDS)) == code
-    text = _notebook(page).inner_text()
+
+
+def _assert_ran_clean_in_japanese(text: str, lesson: str) -> None:
+    """The page of a Japanese lesson run as handed out: rank lines, every check "not
+    attempted" in Japanese, no traceback, no glyph missing from the pictures' font."""
     assert "[rank 0]" in text and "[rank 1]" in text
     with i18n.using("ja"):
         for ex in exercises_of(lesson):
@@ -90,6 +113,37 @@ def test_each_japanese_lesson_runs_clean_with_japanese_checks_and_fonts(lab, pag
     assert "Traceback (most recent call last)" not in text
     assert "not attempted yet" not in text  # no check answered in English
     assert "missing from" not in text and "findfont" not in text  # matplotlib's glyph warnings
-    assert page.evaluate(GLYPHS_DIFFER, ".jp-RenderedMarkdown"), "Japanese drawn as empty boxes"
-    shots = request.getfixturevalue("shots")
-    page.screenshot(path=shots / f"ja_{name.removesuffix('.ipynb')}.png", full_page=False)
+
+
+def test_make_notebook_lang_ja_runs_lesson_01_in_notebook_7(tmp_path, page, shots):
+    """`make notebook LANG=ja` (Jupyter Notebook 7, the course's settings): the Japanese
+    lesson 01 opens, every cell comes into the page, Run All Cells from its Japanese Run menu
+    runs it clean, and nothing pops up."""
+    shutil.copytree(ROOT / "lessons", tmp_path / "lessons")
+    first = notebook_name("01")
+    nb = nbformat.read(tmp_path / "lessons" / "ja" / first, as_version=4)
+    with make_lab(TOKEN, target="notebook", LAB_ROOT=str(tmp_path), LANG="ja") as base:
+        tab = page.context.browser.new_page(viewport={"width": 1280, "height": 900})
+        tab.set_default_timeout(60_000)
+        try:
+            tab.goto(f"{base}/?token={TOKEN}")
+            _notebook(tab).wait_for()
+            assert tab.url.endswith(f"/notebooks/lessons/ja/{first}")
+            tab.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").wait_for()
+            # The course's settings, as this page loaded them (Notebook 7's own defaults
+            # differ): no build prompts, every cell rendered.
+            config = json.loads(tab.locator("#jupyter-config-data").text_content())
+            assert config["buildCheck"] is False and config["buildAvailable"] is False
+            tracker = f"{base}{config['settingsUrl']}/@jupyterlab/notebook-extension:tracker"
+            fetch = "async url => (await (await fetch(url)).json()).schema.properties"
+            mode = tab.evaluate(fetch, f"{tracker}?token={TOKEN}")["windowingMode"]
+            assert mode["default"] == "none"
+            _wait_whole(tab, len(nb.cells))
+            code = sum(c.cell_type == "code" for c in nb.cells)
+            assert len(_run_all(tab, words=WORDS)) == code
+            _assert_ran_clean_in_japanese(_notebook(tab).inner_text(), "01")
+            assert tab.locator(".Toastify__toast").all_inner_texts() == []
+            assert tab.locator(".jp-Dialog").count() == 0
+            tab.screenshot(path=shots / "notebook7_ja_01.png")
+        finally:
+            tab.close()

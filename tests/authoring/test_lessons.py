@@ -1,7 +1,9 @@
 """The lessons as handed out: in sync with the solutions, stubs and estimates right.
 
 That each runs clean, untouched (every check "not attempted", no error), is tested where
-a learner runs it: in JupyterLab, in tests/test_browser.py.
+a learner runs it: in JupyterLab, in tests/test_browser.py. The Japanese lessons' code is the
+English lessons' code and their language cell (tested here), so that test_browser_ja.py runs
+two of them, not four.
 """
 
 from __future__ import annotations
@@ -119,3 +121,14 @@ def test_each_lesson_opens_with_the_set_up_cell_and_badges_only_where_the_reposi
     else:
         assert repo.colab(f"lessons/{path.name}") in text
         assert repo.kaggle(f"lessons/{path.name}") in text
+
+
+@pytest.mark.parametrize("path", LESSON_FILES, ids=lesson_of_notebook)
+def test_a_japanese_lesson_s_code_is_the_english_lesson_s_after_its_language_cell(path):
+    def code(p):
+        return [c.source for c in nbformat.read(p, as_version=4).cells if c.cell_type == "code"]
+
+    english, japanese = code(path), code(path.parent / "ja" / path.name)
+    language = [i for i, source in enumerate(japanese) if 'use_language("ja")' in source]
+    assert len(language) == 1, "one cell that sets the notebook's language"
+    assert japanese[: language[0]] + japanese[language[0] + 1 :] == english
