@@ -16,7 +16,10 @@ LOCK := constraints.txt
 $(STAMP): pyproject.toml $(LOCK)
 	@$(PY) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "DDP Basics needs Python 3.11 or newer (found " + sys.version.split()[0] + "); set PY=python3.11")'
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c $(LOCK) -e ".[dev]"
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-compile -c $(LOCK) -e ".[dev]"
+	@# pip byte-compiles on one core; compileall on every one (what fails to compile, pip skips too)
+	@$(BIN)/python -m compileall -qq -j 0 \
+		"$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" || :
 	touch $(STAMP)
 
 # constraints.txt again from pyproject.toml's dependencies (dev and grade included): each version
