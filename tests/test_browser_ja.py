@@ -1,13 +1,13 @@
 """The Japanese edition as a learner meets it: `make lab LANG=ja` and `make notebook LANG=ja`,
 in a real Chromium.
 
-JupyterLab opens on lessons/ja/01 with its menus in Japanese; each Japanese lesson comes into
-the page whole, its Japanese text drawn with a Japanese font (no empty boxes). Lesson 04 runs
-clean from JupyterLab's Run menu and lesson 01 from Notebook 7's, their checks answering in
-Japanese and their pictures' labels drawn without a missing glyph. Lessons 02 and 03 are not
-run here: their code is the English lessons' (tests/authoring/test_lessons.py holds it so),
-which tests/test_browser.py runs, and their solved Japanese notebooks run under nbval. A
-screenshot of each lesson goes to the same temporary folder as the English ones'.
+JupyterLab opens on lessons/ja/01 with its menus in Japanese, the whole lesson in the page, its
+Japanese text drawn with a Japanese font (no empty boxes). Lesson 04 runs clean from
+JupyterLab's Run menu and lesson 01 from Notebook 7's, their checks answering in Japanese and
+their pictures' labels drawn without a missing glyph. Lessons 02 and 03 are not run here:
+their code is the English lessons' (tests/authoring/test_lessons.py holds it so), which
+tests/test_browser.py runs, and their solved Japanese notebooks run under nbval. The
+screenshots go to the same temporary folder as the English ones'.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from test_browser import _notebook, _open_path, _run_all
 
 from conftest import ROOT
 from ddp_helpers import i18n
-from ddp_helpers.exercises import LESSONS, exercises_of, notebook_name
+from ddp_helpers.exercises import exercises_of, notebook_name
 from ddp_helpers.exercises.texts import MESSAGES as CHECK_MESSAGES
 
 TOKEN = "ddp-browser-test-ja"
@@ -65,33 +65,28 @@ def page(lab):
         yield page
 
 
-def test_make_lab_lang_ja_opens_the_japanese_first_lesson_with_japanese_menus(lab, page):
-    base, _ = lab
+def test_make_lab_lang_ja_opens_the_japanese_first_lesson_whole_in_japanese(lab, page, shots):
+    base, served = lab
+    first = notebook_name("01")
     page.goto(f"{base}/?token={TOKEN}")
     page.locator(".jp-NotebookPanel:visible .jp-Notebook").wait_for()
-    assert page.url.endswith(f"/lab/tree/lessons/ja/{notebook_name('01')}")
+    assert page.url.endswith(f"/lab/tree/lessons/ja/{first}")
     menus = page.locator(".lm-MenuBar-itemLabel").all_inner_texts()
     assert "ファイル" in menus and WORDS["run"] in menus, menus  # File, Run: the language pack
+    _wait_whole(page, len(nbformat.read(served / "lessons" / "ja" / first, as_version=4).cells))
+    assert page.evaluate(GLYPHS_DIFFER, ".jp-RenderedMarkdown"), "Japanese drawn as empty boxes"
+    page.screenshot(path=shots / f"ja_{first.removesuffix('.ipynb')}.png")
 
 
-RUN_IN_LAB = ("04",)  # the capstone; lesson 01 runs in Notebook 7 below
-
-
-@pytest.mark.parametrize("lesson", sorted(LESSONS))
-def test_each_japanese_lesson_comes_whole_in_a_japanese_font_and_04_runs_clean(
-    lab, page, lesson, request
-):
+def test_the_japanese_capstone_lesson_runs_clean_from_the_run_menu(lab, page, shots):
     base, served = lab
-    name = notebook_name(lesson)
+    name = notebook_name("04")
     nb = nbformat.read(served / "lessons" / "ja" / name, as_version=4)
     _open_path(page, base, f"ja/{name}", TOKEN, WORDS)
     _wait_whole(page, len(nb.cells))
-    assert page.evaluate(GLYPHS_DIFFER, ".jp-RenderedMarkdown"), "Japanese drawn as empty boxes"
-    if lesson in RUN_IN_LAB:
-        assert len(_run_all(page, words=WORDS)) == sum(c.cell_type == "code" for c in nb.cells)
-        _assert_ran_clean_in_japanese(_notebook(page).inner_text(), lesson)
-    shots = request.getfixturevalue("shots")
-    page.screenshot(path=shots / f"ja_{name.removesuffix('.ipynb')}.png", full_page=False)
+    assert len(_run_all(page, words=WORDS)) == sum(c.cell_type == "code" for c in nb.cells)
+    _assert_ran_clean_in_japanese(_notebook(page).inner_text(), "04")
+    page.screenshot(path=shots / f"ja_{name.removesuffix('.ipynb')}.png")
 
 
 def _wait_whole(page, cells: int) -> None:
