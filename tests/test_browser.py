@@ -109,21 +109,29 @@ def _run_all(page, limit: float = 60, words=WORDS) -> list[str]:
 
 
 def _run_above(page, text: str) -> None:
-    """Run All Above Selected Cell, from the Run menu, with the first cell that holds text
-    selected: the set-up a cell further down needs, without the rest of the lesson."""
-    cells = _notebook(page).locator(".jp-Cell")
-    index = next(i for i, t in enumerate(cells.all_inner_texts()) if text in t)
-    above = sum(
-        cells.nth(i).locator(".jp-InputPrompt").count() > 0
-        and "jp-CodeCell" in (cells.nth(i).get_attribute("class") or "")
-        for i in range(index)
-    )
-    cells.nth(index).locator(".jp-InputPrompt").click()  # selects it (its left edge collapses)
+    """Run All Above Selected Cell, from the Run menu, with the first code cell that holds
+    text selected: the set-up a cell further down needs, without the rest of the lesson."""
+    code = _notebook(page).locator(".jp-CodeCell")
+    above = next(i for i, t in enumerate(code.all_inner_texts()) if text in t)
+    before = _prompts(page)[:above]  # a saved notebook's prompts may be numbered already
+    code.nth(above).locator(".jp-InputPrompt").click()  # selects it (its left edge collapses)
     _run_menu(page, "Run All Above Selected Cell")
     deadline = time.monotonic() + 60
-    while not all(re.fullmatch(r"\[\d+\]:", p.strip()) for p in _prompts(page)[:above]):
+    while not all(
+        re.fullmatch(r"\[\d+\]:", p.strip()) and p != b
+        for p, b in zip(_prompts(page)[:above], before, strict=True)
+    ):
         assert time.monotonic() < deadline, f"the cells above were not run: {_prompts(page)}"
         time.sleep(0.25)
+
+
+def _wait_whole(page, cells: int) -> None:
+    """Every cell of the notebook in the page (windowingMode none, from the course's
+    settings), not only those in view."""
+    deadline = time.monotonic() + 30
+    while (shown := _notebook(page).locator(".jp-Cell").count()) != cells:
+        assert time.monotonic() < deadline, f"{shown} of {cells} cells in the page"
+        time.sleep(0.2)
 
 
 def _cell_with(page, text: str):
@@ -174,12 +182,7 @@ def test_each_lesson_runs_clean_from_the_run_menu(lab, page, shots, lesson):
     nb = nbformat.read(served / "lessons" / name, as_version=4)
     code = sum(c.cell_type == "code" for c in nb.cells)
     _open(page, base, name)
-    # Every cell comes into the page (windowingMode none, from the course's settings),
-    # not only those in view.
-    deadline = time.monotonic() + 30
-    while (shown := _notebook(page).locator(".jp-Cell").count()) != len(nb.cells):
-        assert time.monotonic() < deadline, f"{shown} of {len(nb.cells)} cells in the page"
-        time.sleep(0.2)
+    _wait_whole(page, len(nb.cells))
     prompts = _run_all(page)
     assert len(prompts) == code
     _assert_ran_clean(_notebook(page).inner_text(), lesson)

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 
 import nbformat
 import pytest
 from browser import browser
 from lab_server import make_lab
-from test_browser import _notebook, _open_path, _run_all
+from test_browser import _notebook, _open_path, _run_all, _wait_whole
 
 from conftest import ROOT
 from ddp_helpers import i18n
@@ -87,14 +86,6 @@ def test_the_japanese_capstone_lesson_runs_clean_from_the_run_menu(lab, page, sh
     assert len(_run_all(page, words=WORDS)) == sum(c.cell_type == "code" for c in nb.cells)
     _assert_ran_clean_in_japanese(_notebook(page).inner_text(), "04")
     page.screenshot(path=shots / f"ja_{name.removesuffix('.ipynb')}.png")
-
-
-def _wait_whole(page, cells: int) -> None:
-    """Every cell in the page (windowingMode none, from the course's settings)."""
-    deadline = time.monotonic() + 30
-    while (shown := _notebook(page).locator(".jp-Cell").count()) != cells:
-        assert time.monotonic() < deadline, f"{shown} of {cells} cells in the page"
-        time.sleep(0.2)
 
 
 def _assert_ran_clean_in_japanese(text: str, lesson: str) -> None:
