@@ -151,7 +151,7 @@ def test_a_rank_killed_mid_training_is_restarted_by_torchrun_and_the_job_resumes
     # warning and lesson 04 say why; benchmarks/torchrun_restart.py measures it).
     env = {"FAIL_AT_EPOCH": "2", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
     run = torchrun(script, "--epochs", "4", env=env, restarts=1)
-    assert "rank 1: dying at epoch 2 (FAIL_AT_EPOCH)" in run.stderr
+    assert "rank 1: dying at epoch 2 (FAIL_AT_EPOCH)" in run.stderr, run.stderr
     assert [line.split(":")[0] for line in epoch_lines(run.stdout)] == [
         "epoch 0",
         "epoch 1",

@@ -12,7 +12,9 @@ from ddp_helpers.exercises import exercises_of
 from ddp_helpers.grading import ExerciseScore, Row, Status, Submission
 from ddp_helpers.procs import with_this_package
 
-TIMEOUT = 6  # a short notebook runs in 2-4 s here, two at a time
+# The batch's limit. No notebook in it should reach it: a short one runs in 2-4 s here, two
+# at a time, and took 10 s with three test files on two cores. Only a timeout costs its limit.
+TIMEOUT = 30
 
 
 def _env(tmp: Path, tmpdir: Path | None = None) -> dict:
