@@ -6,18 +6,20 @@ PORT ?= 8888
 HOST ?= 127.0.0.1
 STAMP := $(VENV)/.installed
 
-.PHONY: lab notebook test lint system-deps bench bench-grade scaling soak restart-soak teardown-soak setup clean lock compat site
+.PHONY: lab notebook test lint system-deps system-packages setup-and-packages bench bench-grade scaling soak restart-soak teardown-soak setup clean lock compat site
 
 setup: $(STAMP)
 
 # pyproject.toml says which releases the code works with; constraints.txt, which version of each
 # package this .venv gets: those the stored outputs were made with.
 LOCK := constraints.txt
-$(STAMP): pyproject.toml $(LOCK)
+# INSTALLER=pip: pip alone (tools/install.py says why uv is the default).
+INSTALLER ?= uv
+$(STAMP): pyproject.toml $(LOCK) tools/install.py
 	@$(PY) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "DDP Basics needs Python 3.11 or newer (found " + sys.version.split()[0] + "); set PY=python3.11")'
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-compile -c $(LOCK) -e ".[dev]"
-	@# pip byte-compiles on one core; compileall on every one (what fails to compile, pip skips too)
+	$(BIN)/python tools/install.py $(BIN)/python $(LOCK) --installer $(INSTALLER)
+	@# byte-compiled on every core (what fails to compile, pip skips too)
 	@$(BIN)/python -m compileall -qq -j 0 \
 		"$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" || :
 	touch $(STAMP)
@@ -72,36 +74,44 @@ lint: $(STAMP)
 
 # Tests need bubblewrap (the grader's sandbox), Chromium (pages looked at in a browser) and a
 # Japanese font for it (the Japanese edition's pages).
-# As root with apt (CI, containers) Debian's packages are installed; otherwise Chromium is
+# As root with apt (CI, containers) Debian's packages are installed (system-packages: it needs
+# nothing of .venv, so `make test` runs it beside pip's install); otherwise Chromium is
 # Playwright's own download, and a missing bubblewrap is named. Tests that need what is
 # still missing fail with a message saying how to get it: they never skip.
-system-deps: $(STAMP)
-	@missing=""; command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
+MISSING = missing=""; command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
 	command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
 		missing="$$missing chromium"; \
-	fc-list :lang=ja 2>/dev/null | grep -q . || missing="$$missing fonts-ipafont-gothic"; \
+	fc-list :lang=ja 2>/dev/null | grep -q . || missing="$$missing fonts-ipafont-gothic"
+system-packages:
+	@$(MISSING); \
 	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		echo "installing$$missing for the tests"; \
 		apt-get install -y -qq $$missing >/dev/null 2>&1 || \
 		{ apt-get update -qq && apt-get install -y -qq $$missing >/dev/null; }; \
-	else \
-		case "$$missing" in *chromium*) \
-			echo "no system Chromium: using Playwright's own"; \
-			$(BIN)/python -m playwright install chromium || \
-			echo "note: no Chromium: the browser tests will fail (sudo apt-get install chromium)";; \
-		esac; \
-		case "$$missing" in *bubblewrap*) \
-			echo "note: no bubblewrap: the sandbox tests will fail (sudo apt-get install bubblewrap)";; \
-		esac; \
-		case "$$missing" in *fonts-ipafont-gothic*) \
-			echo "note: no Japanese font: the Japanese browser test will fail (sudo apt-get install fonts-ipafont-gothic)";; \
-		esac; \
 	fi
+
+system-deps: $(STAMP) system-packages
+	@$(MISSING); \
+	case "$$missing" in *chromium*) \
+		echo "no system Chromium: using Playwright's own"; \
+		$(BIN)/python -m playwright install chromium || \
+		echo "note: no Chromium: the browser tests will fail (sudo apt-get install chromium)";; \
+	esac; \
+	case "$$missing" in *bubblewrap*) \
+		echo "note: no bubblewrap: the sandbox tests will fail (sudo apt-get install bubblewrap)";; \
+	esac; \
+	case "$$missing" in *fonts-ipafont-gothic*) \
+		echo "note: no Japanese font: the Japanese browser test will fail (sudo apt-get install fonts-ipafont-gothic)";; \
+	esac
+
+# .venv and Debian's packages at once: pip's install runs on one core, apt's too.
+setup-and-packages:
+	@$(MAKE) --no-print-directory -j2 $(STAMP) system-packages
 
 # The tests run in parallel, one worker per core (at most 4), each test file on one worker
 # (its fixtures, a JupyterLab or a graded batch, are made once); `pytest` alone runs them in
 # one process.
-test: $(STAMP) lint system-deps
+test: setup-and-packages lint system-deps
 	$(BIN)/python -m pytest -n auto --maxprocesses 4 --dist loadfile
 
 bench: $(STAMP)
