@@ -2,8 +2,9 @@
 in a real Chromium.
 
 JupyterLab opens on lessons/ja/01 with its menus in Japanese, the whole lesson in the page, its
-Japanese text drawn with a Japanese font (no empty boxes). Lesson 04 runs clean from
-JupyterLab's Run menu and lesson 01 from Notebook 7's, their checks answering in Japanese and
+Japanese text drawn with a Japanese font (no empty boxes). Lesson 04, the capstone, runs clean
+from JupyterLab's Run menu (its only run in a browser: tests/test_browser.py runs 01 to 03) and
+lesson 01 from Notebook 7's, their checks answering in Japanese and
 their pictures' labels drawn without a missing glyph. Lessons 02 and 03 are not run here:
 their code is the English lessons' (tests/authoring/test_lessons.py holds it so), which
 tests/test_browser.py runs, and their solved Japanese notebooks run under nbval. The
@@ -19,7 +20,7 @@ import nbformat
 import pytest
 from browser import browser
 from lab_server import make_lab
-from test_browser import _notebook, _open_path, _run_all, _wait_whole
+from test_browser import RUN_IN_JAPANESE, _notebook, _open_path, _run_all, _wait_whole
 
 from conftest import ROOT
 from ddp_helpers import i18n
@@ -79,12 +80,12 @@ def test_make_lab_lang_ja_opens_the_japanese_first_lesson_whole_in_japanese(lab,
 
 def test_the_japanese_capstone_lesson_runs_clean_from_the_run_menu(lab, page, shots):
     base, served = lab
-    name = notebook_name("04")
+    name = notebook_name(RUN_IN_JAPANESE)  # the one lesson test_browser.py leaves to this file
     nb = nbformat.read(served / "lessons" / "ja" / name, as_version=4)
     _open_path(page, base, f"ja/{name}", TOKEN, WORDS)
     _wait_whole(page, len(nb.cells))
     assert len(_run_all(page, words=WORDS)) == sum(c.cell_type == "code" for c in nb.cells)
-    _assert_ran_clean_in_japanese(_notebook(page).inner_text(), "04")
+    _assert_ran_clean_in_japanese(_notebook(page).inner_text(), RUN_IN_JAPANESE)
     page.screenshot(path=shots / f"ja_{name.removesuffix('.ipynb')}.png")
 
 

@@ -45,11 +45,16 @@ def site(tmp_path_factory):
     return html_dir, time.monotonic() - started
 
 
-def _copy_of_the_course(tmp_path, urls: str | None):
-    """The files the site is built from, in tmp_path, with [project.urls] as given."""
-    shutil.copytree(ROOT / "site", tmp_path / "site", ignore=shutil.ignore_patterns("_build"))
-    shutil.copytree(ROOT / "solutions", tmp_path / "solutions")
-    shutil.copytree(ROOT / "lessons", tmp_path / "lessons")
+def _copy_of_the_course(tmp_path, urls: str | None, only: str | None = None):
+    """The files the site is built from, in tmp_path, with [project.urls] as given (and of
+    the notebooks, only lesson `only`'s, in both editions, when it is given)."""
+    keep = shutil.ignore_patterns("_build")
+    shutil.copytree(ROOT / "site", tmp_path / "site", ignore=keep)
+    for folder in ("solutions", "lessons"):
+        shutil.copytree(ROOT / folder, tmp_path / folder)
+        for path in (tmp_path / folder).rglob("*.ipynb"):
+            if only and not path.name.startswith(f"{only}_"):
+                path.unlink()
     text = (ROOT / "pyproject.toml").read_text()
     text = re.sub(r"(?ms)^\[project\.urls\]\n.*?(?=^\[)", "", text)
     if urls:
@@ -163,7 +168,9 @@ def test_launch_buttons_only_where_pyproject_names_the_repository(site, tmp_path
     html_dir, _ = site
     configured = repository(ROOT / "pyproject.toml")
     # This checkout's own site, then a copy of the course with the other setting.
-    other = _copy_of_the_course(tmp_path, None if configured else f'Repository = "{URL}"')
+    other = _copy_of_the_course(
+        tmp_path, None if configured else f'Repository = "{URL}"', only="01"
+    )  # lesson 01's page is the one looked at
     other_repository = repository(other / "pyproject.toml")
     assert (other_repository is None) != (configured is None)
     other_pages = build_site(root=other, out=tmp_path / "out")
