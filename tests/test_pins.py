@@ -12,6 +12,7 @@ import re
 import tomllib
 
 from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
@@ -61,6 +62,32 @@ def test_every_dependency_is_locked_at_a_version_its_range_admits():
             f"constraints.txt pins {req.name}=={lock[name]}, outside pyproject.toml's "
             f"{req}: {RELOCK}"
         )
+
+
+def test_every_locked_version_installs_on_the_oldest_python_the_course_admits():
+    """README: Python 3.11 or newer. Debian 12's is 3.11.2; soupsieve 4.1.3 wants 3.11.5."""
+    oldest = re.search(
+        r"[\d.]+",
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"],
+    ).group()
+    oldest = ".".join((oldest.split(".") + ["0", "0"])[:3])
+    wrong = []
+    for name, version in _lock().items():
+        try:
+            meta = importlib.metadata.metadata(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue  # e.g. a package only one platform needs
+        wants = meta.get("Requires-Python")
+        if (
+            Version(meta["Version"]).public == version
+            and wants
+            and oldest not in SpecifierSet(wants)
+        ):
+            wrong.append(f"{name}=={version} (Python {wants})")
+    assert not wrong, (
+        f"the lock does not install on Python {oldest}: " + ", ".join(wrong) + "; pin an "
+        "older release of each in constraints.txt (make lock keeps a version that fits)"
+    )
 
 
 def test_the_learners_dependencies_are_ranges_not_pins():
