@@ -75,7 +75,7 @@ lint: $(STAMP)
 # Tests need bubblewrap (the grader's sandbox), Chromium (pages looked at in a browser) and a
 # Japanese font for it (the Japanese edition's pages).
 # As root with apt (CI, containers) Debian's packages are installed (system-packages: it needs
-# nothing of .venv, so `make test` runs it beside pip's install); otherwise Chromium is
+# nothing of .venv, so `make test` runs it beside the venv's install); otherwise Chromium is
 # Playwright's own download, and a missing bubblewrap is named. Tests that need what is
 # still missing fail with a message saying how to get it: they never skip.
 MISSING = missing=""; command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
@@ -104,7 +104,7 @@ system-deps: $(STAMP) system-packages
 		echo "note: no Japanese font: the Japanese browser test will fail (sudo apt-get install fonts-ipafont-gothic)";; \
 	esac
 
-# .venv and Debian's packages at once: pip's install runs on one core, apt's too.
+# .venv and Debian's packages at once: neither needs the other.
 setup-and-packages:
 	@$(MAKE) --no-print-directory -j2 $(STAMP) system-packages
 

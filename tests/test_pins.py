@@ -47,6 +47,15 @@ def _lock() -> dict[str, str]:
     return pins
 
 
+def _installed_locked():
+    """(name, locked version, installed metadata) of each locked package installed here."""
+    for name, version in _lock().items():
+        try:
+            yield name, version, importlib.metadata.metadata(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue  # e.g. a package only one platform needs
+
+
 def _environment_yml_pip_lines() -> list[str]:
     lines = (ROOT / "environment.yml").read_text().splitlines()
     start = lines.index("  - pip:")
@@ -66,24 +75,14 @@ def test_every_dependency_is_locked_at_a_version_its_range_admits():
 
 def test_every_locked_version_installs_on_the_oldest_python_the_course_admits():
     """README: Python 3.11 or newer. Debian 12's is 3.11.2; soupsieve 4.1.3 wants 3.11.5."""
-    oldest = re.search(
-        r"[\d.]+",
-        tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"],
-    ).group()
-    oldest = ".".join((oldest.split(".") + ["0", "0"])[:3])
-    wrong = []
-    for name, version in _lock().items():
-        try:
-            meta = importlib.metadata.metadata(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue  # e.g. a package only one platform needs
-        wants = meta.get("Requires-Python")
-        if (
-            Version(meta["Version"]).public == version
-            and wants
-            and oldest not in SpecifierSet(wants)
-        ):
-            wrong.append(f"{name}=={version} (Python {wants})")
+    oldest = Version(re.search(r"[\d.]+", _project()["requires-python"]).group())
+    wrong = [
+        f"{name}=={version} (Python {wants})"
+        for name, version, meta in _installed_locked()
+        if Version(meta["Version"]).public == version
+        and (wants := meta.get("Requires-Python"))
+        and oldest not in SpecifierSet(wants)
+    ]
     assert not wrong, (
         f"the lock does not install on Python {oldest}: " + ", ".join(wrong) + "; pin an "
         "older release of each in constraints.txt (make lock keeps a version that fits)"
@@ -141,12 +140,9 @@ def test_environment_yml_installs_what_make_installs():
 
 def test_this_environment_is_the_locked_one():
     """The tests run on the versions the stored outputs were made with (make installs them)."""
-    wrong = []
-    for name, version in _lock().items():
-        try:
-            installed = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue  # e.g. a package only one platform needs
-        if Version(installed).public != Version(version).public:
-            wrong.append(f"{name} {installed} (locked: {version})")
+    wrong = [
+        f"{name} {meta['Version']} (locked: {version})"
+        for name, version, meta in _installed_locked()
+        if Version(meta["Version"]).public != Version(version).public
+    ]
     assert not wrong, "not the locked versions: " + ", ".join(wrong) + "; run `make setup`"

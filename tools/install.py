@@ -20,7 +20,7 @@ import os
 import subprocess
 import sys
 
-PROJECT = "-e .[dev]"
+PROJECT = ["-e", ".[dev]"]
 PIP_QUIET = ["--quiet", "--disable-pip-version-check"]
 
 
@@ -77,13 +77,13 @@ def with_uv(python: str, lock: str) -> bool:
     ).stdout
     args, env = uv_options(pip_settings(listed))
     command = [python, "-m", "uv", "pip", "install", "--quiet", "--python", python, *args]
-    command += ["-c", lock, *PROJECT.split()]
+    command += ["-c", lock, *PROJECT]
     return subprocess.run(command, env=dict(os.environ, **env)).returncode == 0
 
 
 def with_pip(python: str, lock: str) -> int:
     command = [python, "-m", "pip", "install", *PIP_QUIET, "--no-compile", "-c", lock]
-    return subprocess.run(command + PROJECT.split()).returncode
+    return subprocess.run(command + PROJECT).returncode
 
 
 def main(argv: list[str] | None = None) -> int:
