@@ -1,15 +1,15 @@
 """The course as a learner meets it: `make lab`, in a real (headless) Chromium.
 
 The README's own `make lab` serves a copy of lessons/ (so that nothing the test types is
-saved into the course) on a free port. In the browser: no pop-up on arrival; lessons 01 to
-03 run from the Run menu (04, the capstone, runs in Japanese, in tests/test_browser_ja.py)
-with every code cell run, rank lines on the page, every check "not
-attempted" and no traceback; exercise 1.1 answered right and wrong; a hanging `%%ddp`
-cell stopped from the toolbar within 3 s, with the ranks' stacks, and the kernel still
-usable. (Jupyter Notebook 7, `make notebook`: tests/test_browser_ja.py runs lesson 01 there,
-in Japanese.) A screenshot of each lesson goes to a temporary folder, named at the end of
-the run. The browser is the system's Chromium (`make test` installs Debian's as root) or
-Playwright's own; without one, these tests fail saying what to install.
+saved into the course) on a free port. In the browser: no pop-up on arrival; exercise 1.1
+answered right and wrong; a hanging `%%ddp` cell stopped from the toolbar within 3 s, with
+the ranks' stacks, and the kernel still usable; lessons 02 and 03 run from the Run menu
+with every code cell run, rank lines on the page, every check "not attempted" and no
+traceback. Lessons 01 and 04 run so in tests/test_browser_ja.py, in Japanese: 01 in
+Jupyter Notebook 7 (`make notebook`), 04 in JupyterLab. A screenshot of each lesson goes
+to a temporary folder, named at the end of the run. The browser is the system's Chromium
+(`make test` installs Debian's as root) or Playwright's own; without one, these tests fail
+saying what to install.
 """
 
 from __future__ import annotations
@@ -52,6 +52,11 @@ def page(lab):
 
 
 def _open(page, base: str, notebook: str) -> None:
+    """lessons/<notebook> open, its kernel idle: the page's own tab where it shows that
+    notebook already (a reload costs Chromium seconds of CPU), else a fresh workspace."""
+    if page.url.split("?")[0] == f"{base}/lab/tree/lessons/{notebook}":
+        page.locator(".jp-StatusBar-TextItem", has_text=f"| {WORDS['idle']}").first.wait_for()
+        return
     _open_path(page, base, notebook, TOKEN)
 
 
@@ -176,43 +181,6 @@ def test_make_lab_opens_the_first_lesson_with_no_pop_up(lab, page):
     assert page.locator(".jp-Dialog").count() == 0
 
 
-# Each lesson's code runs in a browser once (lesson 01 twice: Notebook 7 too). The capstone,
-# lesson 04, runs in Japanese (tests/test_browser_ja.py): its code is this edition's
-# (tests/authoring/test_lessons.py holds it so); this file runs the others in English.
-RUN_IN_JAPANESE = "04"
-
-
-@pytest.mark.parametrize("lesson", sorted(set(LESSONS) - {RUN_IN_JAPANESE}))
-def test_each_lesson_runs_clean_from_the_run_menu(lab, page, shots, lesson):
-    base, served = lab
-    name = notebook_name(lesson)
-    nb = nbformat.read(served / "lessons" / name, as_version=4)
-    code = sum(c.cell_type == "code" for c in nb.cells)
-    _open(page, base, name)
-    _wait_whole(page, len(nb.cells))
-    prompts = _run_all(page)
-    assert len(prompts) == code
-    _assert_ran_clean(_notebook(page).inner_text(), lesson)
-    page.screenshot(path=shots / f"{name.removesuffix('.ipynb')}.png")
-
-
-def _assert_ran_clean(text: str, lesson: str) -> None:
-    """The page of a lesson run as handed out: rank lines, every check not attempted."""
-    assert "[rank 0]" in text and "[rank 1]" in text
-    exercises = exercises_of(lesson)
-    for ex in exercises:
-        assert f"⏳ Exercise {ex.id}: not attempted yet" in text, ex.id
-    core = [ex for ex in exercises if not ex.further]
-    if len(core) == len(exercises):
-        assert f"Lesson {lesson}: 0 of {len(exercises)} exercises pass" in text
-    else:  # Going further's exercises come after the core path's progress cell
-        assert f"Lesson {lesson}: 0 of {len(core)} exercises of the core path pass" in text
-        assert "Going further (optional): exercise" in text and "below, not started" in text
-    assert "✅" not in text and "❌" not in text and "💥" not in text
-    assert "Traceback (most recent call last)" not in text
-    assert "-" * 40 not in text  # IPython's banner above an error
-
-
 def test_exercise_1_1_typed_right_then_wrong(lab, page, shots):
     base, _ = lab
     _open(page, base, FIRST)
@@ -260,3 +228,43 @@ def test_a_hanging_ddp_cell_stops_from_the_toolbar_with_the_ranks_stacks(lab, pa
     assert "rank 0:" in out and "rank 1:" in out and "time.sleep(600)" in out
     # The same kernel runs the next cell.
     _wait_for_output(_run_new_cell_below(page, "print(6 * 7)"), "42", 20)
+
+
+# Each lesson's code runs in a browser once, in one edition: their code is the same
+# (tests/authoring/test_lessons.py holds it so). tests/test_browser_ja.py runs lesson 01 in
+# Notebook 7 and the capstone, 04, in JupyterLab; this file runs the others. (Lesson 01's
+# cells up to exercise 1.1 run here too, below.)
+RUN_IN_NOTEBOOK_7 = "01"
+RUN_IN_JAPANESE = "04"
+
+
+# Last in this file: the tests above reuse lesson 01's tab, opened by the first.
+@pytest.mark.parametrize("lesson", sorted(set(LESSONS) - {RUN_IN_NOTEBOOK_7, RUN_IN_JAPANESE}))
+def test_each_lesson_runs_clean_from_the_run_menu(lab, page, shots, lesson):
+    base, served = lab
+    name = notebook_name(lesson)
+    nb = nbformat.read(served / "lessons" / name, as_version=4)
+    code = sum(c.cell_type == "code" for c in nb.cells)
+    _open(page, base, name)
+    _wait_whole(page, len(nb.cells))
+    prompts = _run_all(page)
+    assert len(prompts) == code
+    _assert_ran_clean(_notebook(page).inner_text(), lesson)
+    page.screenshot(path=shots / f"{name.removesuffix('.ipynb')}.png")
+
+
+def _assert_ran_clean(text: str, lesson: str) -> None:
+    """The page of a lesson run as handed out: rank lines, every check not attempted."""
+    assert "[rank 0]" in text and "[rank 1]" in text
+    exercises = exercises_of(lesson)
+    for ex in exercises:
+        assert f"⏳ Exercise {ex.id}: not attempted yet" in text, ex.id
+    core = [ex for ex in exercises if not ex.further]
+    if len(core) == len(exercises):
+        assert f"Lesson {lesson}: 0 of {len(exercises)} exercises pass" in text
+    else:  # Going further's exercises come after the core path's progress cell
+        assert f"Lesson {lesson}: 0 of {len(core)} exercises of the core path pass" in text
+        assert "Going further (optional): exercise" in text and "below, not started" in text
+    assert "✅" not in text and "❌" not in text and "💥" not in text
+    assert "Traceback (most recent call last)" not in text
+    assert "-" * 40 not in text  # IPython's banner above an error

@@ -3,11 +3,11 @@ in a real Chromium.
 
 JupyterLab opens on lessons/ja/01 with its menus in Japanese, the whole lesson in the page, its
 Japanese text drawn with a Japanese font (no empty boxes). Lesson 04, the capstone, runs clean
-from JupyterLab's Run menu (its only run in a browser: tests/test_browser.py runs 01 to 03) and
-lesson 01 from Notebook 7's, their checks answering in Japanese and
-their pictures' labels drawn without a missing glyph. Lessons 02 and 03 are not run here:
-their code is the English lessons' (tests/authoring/test_lessons.py holds it so), which
-tests/test_browser.py runs, and their solved Japanese notebooks run under nbval. The
+from JupyterLab's Run menu and lesson 01 from Notebook 7's, their checks answering in Japanese
+and their pictures' labels drawn without a missing glyph: these are the two lessons' only runs
+in a browser (tests/test_browser.py runs 02 and 03). Lessons 02 and 03 are not run here: their
+code is the English lessons' (tests/authoring/test_lessons.py holds it so), and their solved
+Japanese notebooks run under nbval. The
 screenshots go to the same temporary folder as the English ones'.
 """
 
@@ -20,7 +20,14 @@ import nbformat
 import pytest
 from browser import browser
 from lab_server import make_lab
-from test_browser import RUN_IN_JAPANESE, _notebook, _open_path, _run_all, _wait_whole
+from test_browser import (
+    RUN_IN_JAPANESE,
+    RUN_IN_NOTEBOOK_7,
+    _notebook,
+    _open_path,
+    _run_all,
+    _wait_whole,
+)
 
 from conftest import ROOT
 from ddp_helpers import i18n
@@ -107,7 +114,7 @@ def test_make_notebook_lang_ja_runs_lesson_01_in_notebook_7(tmp_path, page, shot
     lesson 01 opens, every cell comes into the page, Run All Cells from its Japanese Run menu
     runs it clean, and nothing pops up."""
     shutil.copytree(ROOT / "lessons", tmp_path / "lessons")
-    first = notebook_name("01")
+    first = notebook_name(RUN_IN_NOTEBOOK_7)  # its one full run in a browser
     nb = nbformat.read(tmp_path / "lessons" / "ja" / first, as_version=4)
     with make_lab(TOKEN, target="notebook", LAB_ROOT=str(tmp_path), LANG="ja") as base:
         tab = page.context.browser.new_page(viewport={"width": 1280, "height": 900})
@@ -128,7 +135,7 @@ def test_make_notebook_lang_ja_runs_lesson_01_in_notebook_7(tmp_path, page, shot
             _wait_whole(tab, len(nb.cells))
             code = sum(c.cell_type == "code" for c in nb.cells)
             assert len(_run_all(tab, words=WORDS)) == code
-            _assert_ran_clean_in_japanese(_notebook(tab).inner_text(), "01")
+            _assert_ran_clean_in_japanese(_notebook(tab).inner_text(), RUN_IN_NOTEBOOK_7)
             assert tab.locator(".Toastify__toast").all_inner_texts() == []
             assert tab.locator(".jp-Dialog").count() == 0
             tab.screenshot(path=shots / "notebook7_ja_01.png")

@@ -1,7 +1,7 @@
 """The lessons as handed out: in sync with the solutions, stubs and estimates right.
 
 That each runs clean, untouched (every check "not attempted", no error), is tested where
-a learner runs it: in JupyterLab, in tests/test_browser.py (01 to 03) and
+a learner runs it: in JupyterLab, in tests/test_browser.py (02 and 03) and
 tests/test_browser_ja.py (04, and 01 in Notebook 7). The Japanese lessons' code is the
 English lessons' code and their language cell (tested here), so that each lesson runs in a
 browser in one edition only.
