@@ -41,6 +41,7 @@ def main() -> int:
     args = parser.parse_args()
 
     from ddp_helpers import grading
+    from ddp_helpers.grading.budget import TimeBudget
     from ddp_helpers.grading.dispatch import grade_one
     from ddp_helpers.grading.sandbox import choose
 
@@ -57,8 +58,8 @@ def main() -> int:
         alone = statistics.median(_nbclient_seconds(path) for _ in range(args.repeats))
         rows, boxed_rows = [], []
         for _ in range(args.repeats):  # interleaved: both see the same machine
-            rows.append(grade_one(sub, grading.DEFAULT_TIMEOUT, confinement=plain))
-            boxed_rows.append(grade_one(sub, grading.DEFAULT_TIMEOUT, confinement=boxed))
+            rows.append(grade_one(sub, TimeBudget(), confinement=plain))
+            boxed_rows.append(grade_one(sub, TimeBudget(), confinement=boxed))
         graded = statistics.median(r.seconds for r in rows)
         sandboxed = statistics.median(r.seconds for r in boxed_rows)
         totals["plain"] += graded
