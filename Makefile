@@ -6,7 +6,7 @@ PORT ?= 8888
 HOST ?= 127.0.0.1
 STAMP := $(VENV)/.installed
 
-.PHONY: lab notebook test lint system-deps system-packages setup-and-packages bench bench-grade scaling soak restart-soak teardown-soak setup clean lock compat site
+.PHONY: lab notebook test lint system-deps system-packages setup-and-packages bench bench-grade bench-warm-up scaling soak restart-soak teardown-soak setup clean lock compat site
 
 setup: $(STAMP)
 
@@ -119,6 +119,9 @@ bench: $(STAMP)
 
 bench-grade: $(STAMP)
 	$(BIN)/python benchmarks/grading.py
+
+bench-warm-up: $(STAMP)
+	$(BIN)/python benchmarks/warm_up.py
 
 scaling: $(STAMP)
 	$(BIN)/python benchmarks/scaling.py

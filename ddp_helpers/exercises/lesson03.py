@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from ..i18n import messages
+from ..launcher import expect_ddp
 from ._core import (
     Exercise,
     Listed,
@@ -20,6 +21,10 @@ from ._core import progress as _progress
 from .mini_ddp import buckets_for as buckets_for  # exercise 3.6 lays out its buckets with it
 from .mini_ddp import exercise as q6
 from .mini_ddp import mini_ddp_timeline as mini_ddp_timeline
+
+# This lesson's cells and checks wrap models in DDP: the launcher prepares for DDP while the
+# notebook is idle (no process is started by importing this).
+expect_ddp()
 
 MESSAGES = messages(
     "exercises.lesson03",

@@ -6,6 +6,7 @@ import os
 
 from .. import i18n
 from ..i18n import messages
+from ..launcher import expect_ddp
 from ..launcher.torch_compat import is_missing_device
 from ._core import (
     Exercise,
@@ -27,6 +28,10 @@ from .capstone import (  # noqa: F401 - the capstone's data and model, as ex.mak
     make_loader,  # exercise 4.1's reference: the capstone is made of it
     make_model,
 )
+
+# This lesson's cells and checks wrap models in DDP: the launcher prepares for DDP while the
+# notebook is idle (no process is started by importing this).
+expect_ddp()
 
 MESSAGES = messages(
     "exercises.lesson04",

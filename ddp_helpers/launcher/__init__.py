@@ -1,7 +1,7 @@
 """Run a function or a notebook cell on N ranks, one process each (every lesson)."""
 
 from .api import Results, SpawnContext, launch, run_cell, spawn
-from .client import shutdown, warm_up
+from .client import expect_ddp, shutdown, warm_up
 from .failures import DistributedError, RankFailure
 
 __all__ = [
@@ -9,6 +9,7 @@ __all__ = [
     "RankFailure",
     "Results",
     "SpawnContext",
+    "expect_ddp",
     "launch",
     "run_cell",
     "shutdown",

@@ -13,7 +13,7 @@ from ..procs import nproc_limit, with_this_package
 from . import torch_compat, wire
 from .failures import DistributedError, nproc_limit_text
 from .plan import zygote_environment
-from .protocol import Broken, ProtocolError, Ready, expect
+from .protocol import Broken, ProtocolError, Ready, WarmUp, expect
 
 MESSAGES = messages(
     "launcher.client",
@@ -61,6 +61,15 @@ class ZygoteClient:
         self.sock = parent
         self.pid = os.getpid()
         self.ready = False
+        if _ddp_expected:
+            self.expect_ddp()
+
+    def expect_ddp(self) -> None:
+        """WarmUp: read by the zygote once it serves (before any launch sent after it)."""
+        try:
+            wire.send(self.sock, WarmUp())
+        except OSError:  # it is gone: the launch that needs it says so
+            pass
 
     def wait_ready(self) -> ZygoteClient:
         """Wait for the zygote's hello (torch imported, GPUs counted); raise if it failed."""
@@ -103,6 +112,7 @@ class ZygoteClient:
 
 _zygote: ZygoteClient | None = None
 _lock = threading.Lock()
+_ddp_expected = False  # expect_ddp() was called: every zygote of this kernel warms up
 
 
 def get() -> ZygoteClient:
@@ -144,6 +154,20 @@ def running() -> ZygoteClient | None:
 def warm_up() -> None:
     """Start the launcher's helper process now, so the first launch is fast (lesson 01)."""
     get()
+
+
+def expect_ddp() -> None:
+    """This kernel's ranks will build DDP models (lessons 02 to 04 say so when imported).
+
+    The launcher's helper then imports what DDP imports on construction (torch._dynamo,
+    about 1 s) while the notebook is idle, so that no rank does. Without this call it does
+    so after the first launch whose ranks built one; starts no process.
+    """
+    global _ddp_expected
+    with _lock:
+        _ddp_expected = True
+        if _zygote is not None and _zygote.alive():
+            _zygote.expect_ddp()
 
 
 def shutdown() -> None:

@@ -4,7 +4,7 @@ wire.py carries them (pickled); `expect` checks one where it is read, so that a 
 another version or shape is a clear error, not a KeyError deep inside the launcher. The
 kernel unpickles these classes without torch: this module imports nothing heavy.
 
-    kernel -> zygote   LaunchRequest, Signal
+    kernel -> zygote   LaunchRequest, Signal, WarmUp
     zygote -> kernel   Ready or Broken (its hello), Started, StartFailed, Exited, Refused
     zygote -> a spare  BecomeRank
     rank -> kernel     RankResult or RankError, on the rank's control pipe
@@ -80,6 +80,11 @@ class Signal:
     id: str
     signal: int
     group: bool = True
+
+
+@dataclass(frozen=True)
+class WarmUp:
+    """This kernel's ranks will build DDP models: import what DDP imports (WARM) once idle."""
 
 
 # ---------------------------------------------------------------- zygote -> kernel
@@ -169,6 +174,12 @@ class RankError:
 # The zygote to a launch's rank 0: every other rank of the launch has exited (rank 0, which
 # serves the run's store, leaves last: rank.py's _leave_last). Blocked in every rank.
 RELEASE = signal.SIGUSR2
+
+# A rank to its zygote: the rank imported what the zygote's warm-up imports (it built a DDP
+# model, and DDP imports torch._dynamo: 1-2 s). The zygote then imports it once it is idle,
+# so that the next launches' ranks do not; so does a WarmUp from the kernel. Until one of
+# the two, a zygote stays without it (a lesson that builds no DDP model never pays for it).
+WARM = signal.SIGUSR1
 
 T = typing.TypeVar("T")
 

@@ -17,6 +17,7 @@ from . import torch_compat
 from .pickling import dumps
 from .protocol import (
     RELEASE,
+    WARM,
     BecomeRank,
     Call,
     Cell,
@@ -151,6 +152,9 @@ def run_rank(task: BecomeRank, fds: tuple[int, ...]) -> None:
             write_message(fds[2], _error_message(exc))
         finally:
             os._exit(code)
+    cold = [
+        name for name in torch_compat.warm_modules(task.request.compat) if name not in sys.modules
+    ]
     try:
         code = _run_user_code(task.request, ctl_fd, main)
     finally:
@@ -159,9 +163,21 @@ def run_rank(task: BecomeRank, fds: tuple[int, ...]) -> None:
             sys.stderr.flush()
         except Exception:
             pass
+        _ask_for_the_warm_up(task.request, cold)
         if task.rank == 0 and task.request.nprocs > 1:
             _leave_last()
         os._exit(code)
+
+
+def _ask_for_the_warm_up(req: LaunchRequest, cold: list[str]) -> None:
+    """This rank imported what its zygote lacks (it built a DDP model): WARM tells the
+    zygote, which imports it once idle, so that the next launches' ranks need not."""
+    # Its parent, still: a zygote that is gone may have left its pid to another process.
+    if any(name in sys.modules for name in cold) and os.getppid() == req.zygote_pid:
+        try:
+            os.kill(req.zygote_pid, WARM)
+        except OSError:  # the zygote is gone: nothing to warm
+            pass
 
 
 def _leave_last() -> None:

@@ -28,6 +28,7 @@ from ..procs import (
 from . import torch_compat, wire
 from .protocol import (
     RELEASE,
+    WARM,
     BecomeRank,
     Broken,
     Exited,
@@ -38,6 +39,7 @@ from .protocol import (
     Signal,
     Started,
     StartFailed,
+    WarmUp,
     expect,
 )
 
@@ -97,6 +99,9 @@ class Zygote:
         self.spares: dict[int, socket.socket] = {}
         self.pool_size = 0
         self.launched_at = 0.0  # when the last launch's request came
+        # Whether DDP models are built here (WarmUp from the kernel, WARM from a rank): then
+        # torch._dynamo is imported once idle (warm_up), and `warm` says it was.
+        self.warm_wanted = False
         self.warm = False
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
@@ -104,6 +109,7 @@ class Zygote:
 
     def serve(self) -> None:
         signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(WARM, lambda *_: self.want_warm())
         signal.set_wakeup_fd(self.wake_w)
         while True:
             want_spare, timeout = self._spare_wanted(time.monotonic())
@@ -111,13 +117,13 @@ class Zygote:
                 ready, _, _ = select.select([self.sock, self.wake_r], [], [], timeout)
             except InterruptedError:
                 ready = []
-            # Warm up when idle, or as soon as the first launch's ranks are gone: a caller
-            # that launches back to back (the checks, the grader) may never leave the
-            # zygote idle, and without the warm-up each DDP rank imports torch._dynamo
-            # (1-2 s, every launch). A launch already waiting then waits for it once (about
-            # 1 s), even if it builds no DDP model; a launch that arrives before any was
-            # made never waits.
-            if not self.children and not self.warm and (not ready or self.pool_size):
+            # Once DDP models are built here (want_warm), warm up when idle, or as soon as
+            # the launch's ranks are gone: a caller that launches back to back (the checks,
+            # the grader) may never leave the zygote idle, and without the warm-up each DDP
+            # rank imports torch._dynamo (1-2 s, every launch). A launch already waiting
+            # then waits for it once (about 1 s); a launch that arrives before any was made
+            # never waits.
+            if not self.children and self._warm_due() and (not ready or self.pool_size):
                 self.warm_up()
             elif not ready and want_spare:
                 self.fork_spare()
@@ -145,7 +151,7 @@ class Zygote:
         launch, even one that follows at once (the checks, the grader), then finds them
         ready instead of forking its ranks itself.
         """
-        if not self.warm:  # first the warm-up, when idle
+        if self._warm_due():  # first the warm-up, when idle
             return not self.children, 0.01 if not self.children else 0.5
         if len(self.spares) >= self.pool_size:
             return False, 0.5
@@ -179,8 +185,19 @@ class Zygote:
             except ProcessLookupError:
                 pass
 
+    def want_warm(self) -> None:
+        """DDP models are built here: warm up once idle (WarmUp, or WARM from a rank)."""
+        self.warm_wanted = True
+
+    def _warm_due(self) -> bool:
+        return self.warm_wanted and not self.warm
+
     def warm_up(self) -> None:
-        """Import, while idle, what DDP imports lazily (torch._dynamo: 1-2 s per rank)."""
+        """Import, while idle, what DDP imports lazily (torch._dynamo: 1-2 s per rank).
+
+        Only where DDP models are built (want_warm): elsewhere it would cost its second of
+        CPU and, in every fork after it, 70 MB more to copy (docs/benchmarks.md).
+        """
         import importlib
 
         # Not before the first launch: that one would wait for it.
@@ -191,6 +208,15 @@ class Zygote:
                 pass
         gc.freeze()
         self.warm = True
+        # Spares forked before lack it: forked again, from here, when they are next wanted.
+        for pid, sock in list(self.spares.items()):
+            sock.close()
+            signal_group(pid, signal.SIGKILL)
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+        self.spares.clear()
 
     def fork_spare(self) -> None:
         a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -231,6 +257,7 @@ class Zygote:
         # signal would be written into whatever file reuses the wake-up fd's number.
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(WARM, signal.SIG_DFL)
         self.sock.close()
         for spare in self.spares.values():
             spare.close()
@@ -245,12 +272,14 @@ class Zygote:
 
     def handle(self, msg, fds: list[int]) -> None:
         try:
-            msg = expect(msg, LaunchRequest, Signal, sender="the kernel")
+            msg = expect(msg, LaunchRequest, Signal, WarmUp, sender="the kernel")
         except ProtocolError as exc:
             self.reply(Refused(str(exc)))
         else:
             if isinstance(msg, LaunchRequest):
                 self.launch(msg, fds)
+            elif isinstance(msg, WarmUp):
+                self.want_warm()
             else:
                 self.signal(msg)
         for fd in fds:

@@ -592,6 +592,61 @@ def test_stop_pressed_while_the_zygote_is_still_busy_stops_at_once(no_leftovers)
     assert list(launch(_nothing, nprocs=2)) == [None, None]  # and the next launch works
 
 
+def _has_dynamo():
+    return "torch._dynamo" in sys.modules  # as forked: what the zygote holds
+
+
+def _builds_ddp():
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo")
+    DDP(torch.nn.Linear(2, 1))
+    dist.destroy_process_group()
+
+
+def _until_warm(limit: float = 15) -> None:
+    deadline = time.monotonic() + limit
+    while list(launch(_has_dynamo, nprocs=2)) != [True, True]:
+        assert time.monotonic() < deadline, f"the zygote did not warm up within {limit} s"
+        time.sleep(0.1)
+
+
+def test_the_zygote_imports_torch_dynamo_only_once_a_rank_has_built_ddp(monkeypatch):
+    monkeypatch.setattr(client, "_ddp_expected", False)  # no lesson 02, 03 or 04 said so
+    client.shutdown()
+    assert list(launch(_has_dynamo, nprocs=2)) == [False, False]
+    time.sleep(0.5)  # idle: a zygote that was going to warm up would do it now
+    assert list(launch(_has_dynamo, nprocs=2)) == [False, False]
+    launch(_builds_ddp, nprocs=2)  # each rank imports torch._dynamo itself, once
+    _until_warm()
+
+
+def test_expect_ddp_warms_the_running_zygote_and_every_later_one(monkeypatch):
+    monkeypatch.setattr(client, "_ddp_expected", False)
+    client.shutdown()
+    assert list(launch(_has_dynamo, nprocs=2)) == [False, False]
+    client.expect_ddp()
+    _until_warm()
+    client.shutdown()
+    _until_warm()  # a new zygote is told at its start
+    monkeypatch.setattr(client, "_ddp_expected", False)
+    client.shutdown()  # the next test's zygote starts cold
+
+
+def test_importing_the_lessons_that_build_ddp_models_expects_ddp(monkeypatch):
+    import importlib
+
+    for name in ("lesson02", "lesson03", "lesson04"):
+        monkeypatch.setattr(client, "_ddp_expected", False)
+        importlib.reload(importlib.import_module(f"ddp_helpers.exercises.{name}"))
+        assert client._ddp_expected, name
+    monkeypatch.setattr(client, "_ddp_expected", False)
+    importlib.reload(importlib.import_module("ddp_helpers.exercises.lesson01"))
+    assert not client._ddp_expected  # lesson 01 builds none: its zygotes stay without it
+
+
 def test_wire_carries_more_descriptors_than_one_message_can():
     import socket
 
