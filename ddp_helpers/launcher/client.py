@@ -61,13 +61,22 @@ class ZygoteClient:
         self.sock = parent
         self.pid = os.getpid()
         self.ready = False
-        if _ddp_expected:
-            self.expect_ddp()
+        # One message at a time on the socket: a launch's request (several writes when it
+        # carries many fds) and a WarmUp from another thread must not interleave.
+        self._sending = threading.Lock()
+        self.told_ddp = False
+
+    def send(self, msg, fds: list[int] | tuple[int, ...] = ()) -> None:
+        with self._sending:
+            wire.send(self.sock, msg, list(fds))
 
     def expect_ddp(self) -> None:
-        """WarmUp: read by the zygote once it serves (before any launch sent after it)."""
+        """WarmUp, once: read by the zygote as soon as it serves (queued until then)."""
+        if self.told_ddp:
+            return
+        self.told_ddp = True
         try:
-            wire.send(self.sock, WarmUp())
+            self.send(WarmUp())
         except OSError:  # it is gone: the launch that needs it says so
             pass
 
@@ -121,6 +130,8 @@ def get() -> ZygoteClient:
     with _lock:
         if _zygote is None or not _zygote.alive():
             _zygote = ZygoteClient()
+        if _ddp_expected:  # after the assignment: expect_ddp() reads _zygote after its flag
+            _zygote.expect_ddp()
         try:
             return _zygote.wait_ready()
         except DistributedError:  # it closed itself
@@ -142,6 +153,8 @@ def start() -> None:
                 _zygote = ZygoteClient()
             except DistributedError:  # no process to be had: the launch that needs it says so
                 _zygote = None
+        if _zygote is not None and _ddp_expected:
+            _zygote.expect_ddp()
 
 
 def running() -> ZygoteClient | None:
@@ -164,10 +177,13 @@ def expect_ddp() -> None:
     so after the first launch whose ranks built one; starts no process.
     """
     global _ddp_expected
-    with _lock:
-        _ddp_expected = True
-        if _zygote is not None and _zygote.alive():
-            _zygote.expect_ddp()
+    # Not under _lock, which get() holds while a zygote starts (about 1 s): the flag first,
+    # then the zygote, as get() and start() assign the zygote first, then read the flag, so
+    # that a zygote started meanwhile is told by one side or the other (or both: once).
+    _ddp_expected = True
+    zygote = _zygote
+    if zygote is not None and zygote.alive():
+        zygote.expect_ddp()
 
 
 def shutdown() -> None:

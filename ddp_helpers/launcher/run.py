@@ -172,7 +172,7 @@ class Run:
                     self.sel.register(r, selectors.EVENT_READ)
                     child_ends.append(w)
             child_ends.append(listen_socket.detach())
-            wire.send(self.zygote.sock, self.req, child_ends)
+            self.zygote.send(self.req, child_ends)
         except BaseException:
             self._close_fds()
             raise
@@ -353,7 +353,7 @@ class Run:
 
     def _signal(self, sig: int, group: bool = True) -> None:
         try:
-            wire.send(self.zygote.sock, Signal(self.id, sig, group))
+            self.zygote.send(Signal(self.id, sig, group))
         except OSError:
             self._because(Reason.LAUNCHER_DIED)
 

@@ -613,6 +613,11 @@ def _until_warm(limit: float = 15) -> None:
         time.sleep(0.1)
 
 
+def _rss_anon(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("RssAnon:"))
+
+
 def test_the_zygote_imports_torch_dynamo_only_once_a_rank_has_built_ddp(monkeypatch):
     monkeypatch.setattr(client, "_ddp_expected", False)  # no lesson 02, 03 or 04 said so
     client.shutdown()
@@ -623,28 +628,44 @@ def test_the_zygote_imports_torch_dynamo_only_once_a_rank_has_built_ddp(monkeypa
     _until_warm()
 
 
-def test_expect_ddp_warms_the_running_zygote_and_every_later_one(monkeypatch):
+def test_expect_ddp_warms_the_running_zygote_its_spares_and_every_later_zygote(monkeypatch):
     monkeypatch.setattr(client, "_ddp_expected", False)
     client.shutdown()
     assert list(launch(_has_dynamo, nprocs=2)) == [False, False]
+    time.sleep(0.3)  # two spares are forked, cold, for the next launch
+    pid = client.running().proc.pid
+    cold = _rss_anon(pid)
     client.expect_ddp()
-    _until_warm()
+    deadline = time.monotonic() + 30
+    while _rss_anon(pid) < cold + 30_000:  # torch._dynamo: some 70 MB (kB here)
+        assert time.monotonic() < deadline, "the zygote did not import torch._dynamo"
+        time.sleep(0.1)
+    time.sleep(1)  # its import done, the spares forked again
+    # The first launch after it, no retry: the cold spares were replaced, not used.
+    assert list(launch(_has_dynamo, nprocs=2)) == [True, True]
     client.shutdown()
     _until_warm()  # a new zygote is told at its start
     monkeypatch.setattr(client, "_ddp_expected", False)
     client.shutdown()  # the next test's zygote starts cold
 
 
-def test_importing_the_lessons_that_build_ddp_models_expects_ddp(monkeypatch):
-    import importlib
-
-    for name in ("lesson02", "lesson03", "lesson04"):
-        monkeypatch.setattr(client, "_ddp_expected", False)
-        importlib.reload(importlib.import_module(f"ddp_helpers.exercises.{name}"))
-        assert client._ddp_expected, name
-    monkeypatch.setattr(client, "_ddp_expected", False)
-    importlib.reload(importlib.import_module("ddp_helpers.exercises.lesson01"))
-    assert not client._ddp_expected  # lesson 01 builds none: its zygotes stay without it
+@pytest.mark.parametrize(
+    ("lesson", "expects"), [("01", False), ("02", True), ("03", True), ("04", True)]
+)
+def test_importing_a_lesson_that_builds_ddp_models_expects_ddp(lesson, expects):
+    code = (
+        f"import ddp_helpers.exercises.lesson{lesson}\n"
+        "from ddp_helpers.launcher import client\n"
+        "print(client._ddp_expected, client.running())"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=with_this_package(dict(os.environ)),
+    )
+    assert run.stdout.split() == [str(expects), "None"], run.stderr  # and no zygote started
 
 
 def test_wire_carries_more_descriptors_than_one_message_can():
