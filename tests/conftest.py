@@ -16,6 +16,13 @@ ROOT = Path(__file__).resolve().parent.parent
 # machine under make test's load, where 3 s was once not enough (a raise took 3.8 s in CI).
 SOON = 15.0
 sys.path.insert(0, str(ROOT))
+# This folder ahead of it: a rank that imports a test module (a function of it, pickled by
+# reference) must find this file as `conftest`, not the repository's own conftest.py, or
+# `pytest tests/launcher/test_launch.py` alone fails where the whole suite passes.
+TESTS = str(Path(__file__).resolve().parent)
+if TESTS in sys.path:
+    sys.path.remove(TESTS)
+sys.path.insert(0, TESTS)
 
 
 def processes_under(folder: Path) -> list[psutil.Process]:
