@@ -60,7 +60,7 @@ CHECKS = """
 import sys
 from ddp_helpers.exercises import exercises_of
 from ddp_helpers.launcher import expect_ddp, shutdown
-if sys.argv[2] == "warmed":
+if sys.argv[2] == "True":
     expect_ddp()
 for exercise in exercises_of(sys.argv[1]):
     exercise.evaluate(exercise.reference)
@@ -68,10 +68,10 @@ shutdown()  # the zygote waited for: its CPU, and its ranks', counted
 """
 
 
-def _checks(lesson: str, variant: str) -> tuple[float, float]:
+def _checks(lesson: str, warmed: bool) -> tuple[float, float]:
     """The lesson's checks on their references in a fresh process: (wall s, CPU s)."""
     cpu, started = _children_cpu(), time.monotonic()
-    subprocess.run([sys.executable, "-c", CHECKS, lesson, variant], check=True, cwd=ROOT)
+    subprocess.run([sys.executable, "-c", CHECKS, lesson, str(warmed)], check=True, cwd=ROOT)
     return time.monotonic() - started, _children_cpu() - cpu
 
 
@@ -108,7 +108,7 @@ def main() -> int:
             for _ in range(args.repeats):  # interleaved
                 for variant, submission in (("as is", sub), ("warmed", warmed)):
                     graded[variant].append(_graded(submission, plain))
-                    checks[variant].append(_checks(lesson, variant.replace(" ", "_")))
+                    checks[variant].append(_checks(lesson, variant == "warmed"))
             points = {p for r in graded.values() for *_, p in r}
             assert len(points) == 1, f"the warm-up changed a score: {graded}"
             print(_row(f"{path.name} graded ({points.pop()})", graded))

@@ -55,7 +55,7 @@ def _open(page, base: str, notebook: str) -> None:
     """lessons/<notebook> open, its kernel idle: the page's own tab where it shows that
     notebook already (a reload costs Chromium seconds of CPU), else a fresh workspace."""
     if page.url.split("?")[0] == f"{base}/lab/tree/lessons/{notebook}":
-        page.locator(".jp-StatusBar-TextItem", has_text=f"| {WORDS['idle']}").first.wait_for()
+        _wait_idle(page)
         return
     _open_path(page, base, notebook, TOKEN)
 
@@ -65,6 +65,10 @@ def _open_path(page, base: str, notebook: str, token: str, words=WORDS) -> None:
     # ?reset: a fresh workspace, this notebook its only tab (so the Run menu's too).
     page.goto(f"{base}/lab/tree/lessons/{notebook}?reset&token={token}")
     page.locator(".jp-NotebookPanel:visible .jp-Notebook").wait_for()
+    _wait_idle(page, words)
+
+
+def _wait_idle(page, words=WORDS) -> None:
     # The kernel is up when the status bar says Idle.
     page.locator(".jp-StatusBar-TextItem", has_text=f"| {words['idle']}").first.wait_for()
 

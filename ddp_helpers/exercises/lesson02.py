@@ -11,8 +11,7 @@ from ..launcher import expect_ddp
 from ._core import Exercise, Mistake, Phrase, Wrong, process_group, run_on_ranks
 from ._core import progress as _progress
 
-# Going further's gradient average is checked against DDP's: the launcher prepares for DDP
-# while the notebook is idle (no process is started by importing this).
+# Going further's gradient average is checked against DDP's (launcher.expect_ddp).
 expect_ddp()
 
 MESSAGES = messages(

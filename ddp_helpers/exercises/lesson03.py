@@ -22,8 +22,7 @@ from .mini_ddp import buckets_for as buckets_for  # exercise 3.6 lays out its bu
 from .mini_ddp import exercise as q6
 from .mini_ddp import mini_ddp_timeline as mini_ddp_timeline
 
-# This lesson's cells and checks wrap models in DDP: the launcher prepares for DDP while the
-# notebook is idle (no process is started by importing this).
+# This lesson's cells and checks wrap models in DDP (launcher.expect_ddp says what it does).
 expect_ddp()
 
 MESSAGES = messages(

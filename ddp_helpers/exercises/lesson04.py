@@ -29,8 +29,7 @@ from .capstone import (  # noqa: F401 - the capstone's data and model, as ex.mak
     make_model,
 )
 
-# This lesson's cells and checks wrap models in DDP: the launcher prepares for DDP while the
-# notebook is idle (no process is started by importing this).
+# This lesson's cells and checks wrap models in DDP (launcher.expect_ddp says what it does).
 expect_ddp()
 
 MESSAGES = messages(

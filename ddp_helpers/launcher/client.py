@@ -66,9 +66,9 @@ class ZygoteClient:
         self._sending = threading.Lock()
         self.told_ddp = False
 
-    def send(self, msg, fds: list[int] | tuple[int, ...] = ()) -> None:
+    def send(self, msg, fds=()) -> None:
         with self._sending:
-            wire.send(self.sock, msg, list(fds))
+            wire.send(self.sock, msg, fds)
 
     def expect_ddp(self) -> None:
         """WarmUp, once: read by the zygote as soon as it serves (queued until then)."""
@@ -173,8 +173,9 @@ def expect_ddp() -> None:
     """This kernel's ranks will build DDP models (lessons 02 to 04 say so when imported).
 
     The launcher's helper then imports what DDP imports on construction (torch._dynamo,
-    about 1 s) while the notebook is idle, so that no rank does. Without this call it does
-    so after the first launch whose ranks built one; starts no process.
+    about 1 s) once it is idle (between cells, or as soon as a launch's ranks are gone), so
+    that no rank does. Without this call it does so after the first launch whose ranks built
+    one. Starts no process.
     """
     global _ddp_expected
     # Not under _lock, which get() holds while a zygote starts (about 1 s): the flag first,

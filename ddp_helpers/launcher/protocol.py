@@ -84,7 +84,7 @@ class Signal:
 
 @dataclass(frozen=True)
 class WarmUp:
-    """This kernel's ranks will build DDP models: import what DDP imports (WARM) once idle."""
+    """This kernel's ranks will build DDP models: import what DDP imports once idle (as WARM)."""
 
 
 # ---------------------------------------------------------------- zygote -> kernel

@@ -210,13 +210,9 @@ class Zygote:
         gc.freeze()
         self.warm = True
         # Spares forked before lack it: forked again, from here, when they are next wanted.
-        for pid, sock in list(self.spares.items()):
+        for sock in self.spares.values():
             sock.close()
-            signal_group(pid, signal.SIGKILL)
-            try:
-                os.waitpid(pid, 0)
-            except ChildProcessError:
-                pass
+        _kill_and_reap(list(self.spares))
         self.spares.clear()
 
     def fork_spare(self) -> None:
@@ -315,13 +311,8 @@ class Zygote:
             # the ranks already started, so none is left and none reports an exit, and
             # say which rank and why. This zygote is fine and serves the next launch.
             for pid in pids:
-                signal_group(pid, signal.SIGKILL)
-            for pid in pids:
                 self.children.pop(pid, None)
-                try:
-                    os.waitpid(pid, 0)
-                except ChildProcessError:
-                    pass
+            _kill_and_reap(pids)
             self.reply(StartFailed(req.id, rank, str(exc), nproc_limit()))
             return
         self.reply(Started(req.id))
@@ -364,6 +355,17 @@ class Zygote:
     def kill_all(self) -> None:
         for pid in [*self.children, *self.spares]:
             signal_group(pid, signal.SIGKILL)
+
+
+def _kill_and_reap(pids: list[int]) -> None:
+    """SIGKILL each child's process group, then wait for each: none is left, none reported."""
+    for pid in pids:
+        signal_group(pid, signal.SIGKILL)
+    for pid in pids:
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
 
 
 def main() -> None:
