@@ -26,20 +26,12 @@ MESSAGES = messages(
 _NAME_ERROR = re.compile(r"name '([^']+)' is not defined")
 
 
-def _names_used(code: types.CodeType) -> set[str]:
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= _names_used(const)
-    return names
-
-
 def _namespace_for(code: types.CodeType, user_ns: dict, hidden: dict) -> tuple[dict, dict]:
     """The notebook variables the cell uses, pickled by value; and those that cannot be."""
-    from .launcher.pickling import dumps
+    from .launcher.pickling import dumps, names_used
 
     shipped, skipped = {}, {}
-    for name in sorted(_names_used(code)):
+    for name in sorted(names_used(code)):
         if name not in user_ns or name in hidden or name.startswith("_"):
             continue
         try:

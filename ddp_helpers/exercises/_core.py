@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import inspect
+import re
 import textwrap
 import traceback
+import types
 from dataclasses import dataclass, field
 
 from .. import i18n
@@ -23,9 +26,14 @@ class Mistake:
     hint: str | None = None
 
 
-# What run_on_ranks raises for every exercise that runs ranks; an exercise gives them a
-# hint by declaring them itself.
-RANK_MISTAKES = {"hang": Mistake(), "mismatch": Mistake()}
+# What run_on_ranks and run_answer raise for every exercise that runs ranks; an exercise
+# gives them a hint by declaring them itself.
+RANK_MISTAKES = {
+    "hang": Mistake(),
+    "mismatch": Mistake(),
+    "endless": Mistake(),
+    "from_course": Mistake(),
+}
 
 
 class Wrong(Exception):
@@ -106,9 +114,50 @@ def _stub_of(exc: BaseException) -> str | None:
     Only the stub as `build` writes it means "not attempted"; any other
     NotImplementedError is the answer's own error.
     """
-    if isinstance(exc, DistributedError):
+    if isinstance(exc, (DistributedError, AnswerRaised)):
         return exercise_raised(exc.exc_type or "", exc.exc_message or "")
     return exercise_raised(type(exc).__name__, str(exc))
+
+
+class AnswerRaised(Exception):
+    """The answer raised on the rank that run_answer ran it on: what it raised, as text."""
+
+    def __init__(self, exc_type: str, exc_message: str, traceback_text: str):
+        super().__init__(f"{exc_type}: {exc_message}")
+        self.exc_type, self.exc_message, self.traceback = exc_type, exc_message, traceback_text
+
+
+# A frame of a traceback as text: its first line, '  File "path", line N, in name'.
+_FRAME_LINE = re.compile(r'^  File "(?P<file>[^"]*)", line \d+')
+_CHAINED = re.compile(
+    r"\n\n(?:During handling of the above exception|The above exception)[^\n]*\n\n"
+)
+
+
+def _answer_traceback(text: str, limit: int = 4) -> str:
+    """A rank's traceback as _short_traceback shows one: the last `limit` frames that are
+    not the course's (checks, launcher), then the exception; of a chain, the last one."""
+    text = _CHAINED.split(text or "")[-1]
+    frames: list[list[str]] = []
+    tail: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("Traceback (most recent call last)"):
+            continue
+        match = _FRAME_LINE.match(line)
+        if match:
+            frames.append([line])
+            tail = []
+        elif line.startswith("    ") and frames and not tail:
+            frames[-1].append(line)
+        else:
+            tail.append(line)
+    own = [f for f in frames if not _is_course_file(_FRAME_LINE.match(f[0])["file"])]
+    shown = (own or frames)[-limit:]
+    return "\n".join([*(line for frame in shown for line in frame), *tail]) + "\n"
+
+
+def _is_course_file(path: str) -> bool:
+    return any(part in path for part in ("ddp_helpers/exercises", "ddp_helpers/launcher"))
 
 
 class Exercise:
@@ -174,16 +223,43 @@ class Exercise:
         return self._run(self._checker, answer)
 
     def grade(self, answer) -> Result:
-        """What the grader uses: the learner's check, then the hidden cases if it passed."""
-        result = self._run(self._checker, answer)
-        if result.passed and self._hidden is not None:
-            hidden = self._run(self._hidden, answer)
-            if hidden.passed:
-                result.hidden = Hidden.PASSED
-            else:
-                hidden.hidden = Hidden.FAILED
-                result = hidden
+        """What the grader uses: the learner's check, then the hidden cases if it passed.
+
+        The ranks these run make the course's reference a tripwire and look for its code in
+        the answer (_guarded): an answer that is the reference, calls it or carries its code
+        is `from_course`, however it got there.
+        """
+        grading = _GRADING.set(self)
+        try:
+            result = self._run(self._checker, answer)
+            if result.passed and self._hidden is not None:
+                hidden = self._run(self._hidden, answer)
+                if hidden.passed:
+                    result.hidden = Hidden.PASSED
+                else:
+                    hidden.hidden = Hidden.FAILED
+                    result = hidden
+        finally:
+            _GRADING.reset(grading)
         return result
+
+    def from_course(self) -> Result:
+        """The result of an answer that is the course's own reference (found by the grader
+        before any check ran)."""
+        return self._result(CheckStatus.WRONG, "from_course", {"name": self.name})
+
+    @property
+    def mistake_keys(self) -> frozenset[str]:
+        """Every mistake key a check of it can give: its own, the ranks', the core's."""
+        core = ("error", "not_attempted", "not_attempted_other", "not_attempted_pasted")
+        return frozenset([*self.mistakes, *RANK_MISTAKES, *core])
+
+    def reference_names(self) -> list[tuple[str, str]]:
+        """(module, qualified name) of the reference answer, for a rank to find it by."""
+        ref = self._solution
+        if not callable(ref):
+            return []
+        return [(ref.__module__, ref.__qualname__)]
 
     def _run(self, checker, answer) -> Result:
         try:
@@ -196,8 +272,12 @@ class Exercise:
             stub = _stub_of(exc)
             if stub is not None:
                 return self._result(CheckStatus.NOT_ATTEMPTED, *self._not_attempted(stub))
-            text = exc.render() if isinstance(exc, DistributedError) else _short_traceback(exc)
-            raised = exc.exc_type if isinstance(exc, DistributedError) else None
+            if isinstance(exc, AnswerRaised):
+                text, raised = _answer_traceback(exc.traceback), exc.exc_type
+            elif isinstance(exc, DistributedError):
+                text, raised = exc.render(), exc.exc_type
+            else:
+                text, raised = _short_traceback(exc), None
             fields = {"exception": raised or type(exc).__name__, "detail": text}
             return self._result(CheckStatus.ERROR, "error", fields)
         return self._result(CheckStatus.CORRECT, None, {"detail": detail})
@@ -285,21 +365,38 @@ def process_group(**kwargs):
             dist.destroy_process_group()
 
 
-def run_on_ranks(harness, *args, nprocs: int = 2, nnodes: int = 1, timeout: float = 30):
-    """Run a checker's harness on N CPU ranks; a hang, or collectives that do not match,
-    becomes the Wrong that names it ("hang", "mismatch")."""
-    from ..launcher import launch
+# The exercise being graded (Exercise.grade), while it is: its checks' ranks guard its
+# reference (_guarded). A context variable, so that nothing outside a grade() sees it.
+_GRADING: contextvars.ContextVar[Exercise | None] = contextvars.ContextVar("grading", default=None)
+FROM_COURSE_EXIT = 93  # how a rank ends whose answer ran the course's own reference
 
+
+def _launched(harness, answer, args, nprocs: int, nnodes: int, timeout: float):
+    """harness(answer, *args) on N CPU ranks, each value back as plain data (launch_plain:
+    the answer is the learner's code, and nothing it does runs code in this process). When
+    grading, an answer found to be the course's reference is Wrong("from_course")."""
+    from ..launcher.api import launch_plain
+
+    grading = _GRADING.get()
+    call = (harness, answer, *args)
+    if grading is not None:
+        call = (_guarded, grading.reference_names(), *call)
     try:
-        return launch(
-            harness,
-            *args,
-            nprocs=nprocs,
-            nnodes=nnodes,
-            backend="gloo",
-            timeout=timeout,
-            ordered=True,
-        )
+        return launch_plain(*call, nprocs=nprocs, nnodes=nnodes, timeout=timeout)
+    except DistributedError as exc:
+        if grading is not None and any(
+            f.exitcode == FROM_COURSE_EXIT for f in exc.failures.values()
+        ):
+            raise Wrong("from_course", name=grading.name) from None
+        raise
+
+
+def run_on_ranks(harness, answer, *args, nprocs: int = 2, nnodes: int = 1, timeout: float = 30):
+    """Run a checker's harness, harness(answer, *args), on N CPU ranks; each rank's value
+    comes back as plain data. A hang, or collectives that do not match, becomes the Wrong
+    that names it ("hang", "mismatch")."""
+    try:
+        return _launched(harness, answer, args, nprocs, nnodes, timeout)
     except DistributedError as exc:
         if exc.kind == "timeout":
             raise Wrong("hang", timeout=timeout) from None
@@ -310,6 +407,151 @@ def run_on_ranks(harness, *args, nprocs: int = 2, nnodes: int = 1, timeout: floa
             what = Phrase("mismatch_returned", returned=returned, rank=exc.rank)
             raise Wrong("mismatch", what=what) from None
         raise
+
+
+def run_answer(harness, answer, *args, timeout: float = 30):
+    """harness(answer, *args) on one rank, its value back as plain data: how a check runs
+    an answer it could call itself, so that the learner's code never runs in the process
+    that judges it. What the answer raised comes back as AnswerRaised; an answer that does
+    not return within `timeout` is Wrong("endless")."""
+    try:
+        return _launched(harness, answer, args, 1, 1, timeout)[0]
+    except DistributedError as exc:
+        if exc.kind == "timeout":
+            raise Wrong("endless", timeout=timeout) from None
+        if exc.kind == "exception":
+            raise AnswerRaised(exc.exc_type, exc.exc_message, exc.traceback) from None
+        raise
+
+
+def call(fn, *args):
+    """A harness for run_answer: what fn(*args) returns, as plain data (to_plain)."""
+    from ..launcher.plain import to_plain
+
+    return to_plain(fn(*args))
+
+
+def each_case(fn, cases) -> tuple[list, int | None]:
+    """A harness for run_answer: fn(*args) for each args of `cases` in turn, as plain data,
+    up to the first that raises; (what each returned, the index of the one that raised or
+    None). The check runs that one again alone (run_answer(call, ...)) to show what it
+    raised, after judging those before it, as it would have calling them one by one."""
+    from ..launcher.plain import to_plain
+
+    out = []
+    for args in cases:
+        try:
+            out.append(to_plain(fn(*args)))
+        except Exception:  # noqa: BLE001 - shown when the check comes to this case
+            return out, len(out)
+    return out, None
+
+
+def answers_to(fn, cases):
+    """What fn returns for each args of `cases`, in order, run on one rank (each_case); the
+    first case it raises on raises AnswerRaised here, when the iteration comes to it."""
+    cases = [tuple(args) for args in cases]
+    out, raised = run_answer(each_case, fn, cases)
+    yield from out
+    if raised is not None:
+        yield run_answer(call, fn, *cases[raised])  # raises again, as the answer does
+        yield from answers_to(fn, cases[raised + 1 :])
+
+
+def _guarded(references, harness, answer, *args):
+    """In a rank of a graded check: harness(answer, *args), with the course's reference a
+    tripwire (a call to it ends the rank, FROM_COURSE_EXIT, before the harness can judge)
+    and the answer searched for the reference's code (re-homed into a function of its own,
+    `types.FunctionType(ref.__code__, ...)`) first. A learner who reads this can still get
+    past it; the checks are in the package a notebook can read (docs/instructors.md)."""
+    import importlib
+    import os
+
+    keys: set[tuple] = set()
+    for module, qualname in references:
+        obj = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+        for fn in _functions_of(obj):
+            keys |= _code_keys(fn.__code__)
+            if not fn.__code__.co_freevars:  # a closure's code cannot take the tripwire's
+                fn.__code__ = _tripwire.__code__
+    if _carries(answer, keys, set(), 4):
+        os._exit(FROM_COURSE_EXIT)
+    return harness(answer, *args)
+
+
+def _tripwire(*args, **kwargs):
+    import os
+
+    os._exit(93)  # FROM_COURSE_EXIT: the reference's code is replaced by this one's
+
+
+def _functions_of(obj) -> list:
+    """The functions of a reference: itself, or a class's methods (its own and nested)."""
+    if isinstance(obj, types.FunctionType):
+        return [obj]
+    if isinstance(obj, type):
+        found = []
+        for value in vars(obj).values():
+            value = getattr(value, "__func__", value)  # staticmethod, classmethod
+            if isinstance(value, property):
+                value = value.fget
+            found += _functions_of(value) if isinstance(value, (types.FunctionType, type)) else []
+        return found
+    return []
+
+
+def _code_keys(code: types.CodeType) -> set[tuple]:
+    """Where a code object and those nested in it were written: file, line, name."""
+    keys = {(code.co_filename, code.co_firstlineno, code.co_name)}
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            keys |= _code_keys(const)
+    return keys
+
+
+def _carries(obj, keys: set, seen: set, depth: int) -> bool:
+    """Whether an answer holds code written where the reference was: in itself, or in a
+    function it reaches (the globals it names, its closure, defaults, a class's methods, a
+    partial's function), `depth` steps deep."""
+    import functools
+
+    from ..launcher.pickling import names_used
+
+    if depth < 0 or id(obj) in seen or len(seen) > 5000:
+        return False
+    seen.add(id(obj))
+    if isinstance(obj, types.CodeType):
+        return bool(_code_keys(obj) & keys)
+    parts: list = []
+    # What the notebook defined (in __main__) is searched through; what a library defined
+    # is only looked at, for code that is the reference's.
+    ours = getattr(obj, "__module__", None) == "__main__"
+    if isinstance(obj, types.FunctionType):
+        code = obj.__code__
+        parts = [code]
+        if ours:
+            parts += [*(obj.__defaults__ or ())]
+            parts += [c.cell_contents for c in obj.__closure__ or () if _filled(c)]
+            parts += [obj.__globals__[n] for n in names_used(code) if n in obj.__globals__]
+    elif isinstance(obj, (types.MethodType, staticmethod, classmethod)):
+        parts = [obj.__func__]
+    elif isinstance(obj, functools.partial):
+        parts = [obj.func, *obj.args, *obj.keywords.values()]
+    elif isinstance(obj, property):
+        parts = [obj.fget, obj.fset]
+    elif isinstance(obj, type) and ours:
+        parts = list(vars(obj).values())
+    return any(_carries(part, keys, seen, depth - 1) for part in parts)
+
+
+def _filled(cell) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 - an empty cell raises
+    except ValueError:
+        return False
+    return True
 
 
 def weights_apart(a: dict, b: dict) -> float:

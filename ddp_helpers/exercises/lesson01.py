@@ -7,7 +7,17 @@ import os
 
 from .. import i18n
 from ..i18n import messages
-from ._core import Exercise, Mistake, Phrase, Wrong, run_on_ranks, sayer
+from ._core import (
+    Exercise,
+    Mistake,
+    Phrase,
+    Wrong,
+    answers_to,
+    call,
+    run_answer,
+    run_on_ranks,
+    sayer,
+)
 from ._core import progress as _progress
 
 MESSAGES = messages(
@@ -139,28 +149,32 @@ def gpu_for_this_rank():
 
 
 def _gpu_harness(gpu_for_this_rank):
-    """In each rank: its answer, as text, next to where the rank really is."""
-    answer = gpu_for_this_rank()
+    """In each rank: where the rank really is, read before the answer runs (an answer that
+    sets LOCAL_RANK moves nothing), next to its answer as text."""
     keys = ("RANK", "LOCAL_RANK", "GROUP_RANK", "LOCAL_WORLD_SIZE")
-    return {k: int(os.environ[k]) for k in keys}, _device_name(answer)
+    where = {k: int(os.environ[k]) for k in keys}
+    return where, _device_name(gpu_for_this_rank())
 
 
-def _device_name(answer):
-    """'cuda:1' for torch.device('cuda', 1), 'cuda:1' or 1; else the answer's repr."""
+def _device_name(answer) -> str:
+    """'cuda:1' for torch.device('cuda', 1), 'cuda:1' or 1; else the answer's repr (as a
+    plain str: its own __repr__ may return a str that says it equals everything)."""
     import torch
 
+    from ..launcher.plain import shown
+
     if isinstance(answer, bool):
-        return repr(answer)
+        return shown(answer)
     if isinstance(answer, int):
-        return f"cuda:{answer}"
+        return f"cuda:{int.__index__(answer)}"
     if isinstance(answer, str):
         try:
-            answer = torch.device(answer)
+            answer = torch.device(str.__str__(answer))
         except RuntimeError:
-            return repr(answer)
-    if isinstance(answer, torch.device):
+            return shown(answer)
+    if type(answer) is torch.device:
         return str(answer)
-    return repr(answer)
+    return shown(answer)
 
 
 def _check_gpu(fn, layouts=((4, 2), (6, 3))) -> Phrase:
@@ -205,28 +219,27 @@ def shard(n, rank, world_size):
 
 
 def _check_shard(fn, grid=None) -> Phrase:
-    cases = 0
     # The lesson's own example first: its message is the one a learner can picture.
     grid = grid or [(10, 3), (7, 2)] + [
         (n, w) for w in range(1, 6) for n in (1, 2, 3, 5, 12, 16, 17)
     ]
-    for n, w in grid:
-        for rank in range(w):
-            want = _reference_shard(n, rank, w)
-            got = fn(n, rank, w)
-            if not isinstance(got, (list, tuple, range)):
-                raise Wrong("shard_type", n=n, rank=rank, w=w, got=got)
-            got = [int(i) for i in got]
-            cases += 1
-            if got == want:
-                continue
-            size = math.ceil(n / w)
-            args = dict(n=n, rank=rank, w=w, got=got, want=want, count=len(got), size=size)
-            if len(got) > 1 and got == list(range(got[0], got[0] + len(got))):
-                raise Wrong("shard_blocks", **args)
-            if len(got) != size:
-                raise Wrong("shard_length", **args)
-            raise Wrong("shard_other", **args)
+    calls = [(n, rank, w) for n, w in grid for rank in range(w)]
+    cases = 0
+    for (n, rank, w), got in zip(calls, answers_to(fn, calls), strict=True):
+        want = _reference_shard(n, rank, w)
+        if not isinstance(got, (list, tuple)):  # what came back is plain data (to_plain)
+            raise Wrong("shard_type", n=n, rank=rank, w=w, got=got)
+        got = [int(i) for i in got]
+        cases += 1
+        if got == want:
+            continue
+        size = math.ceil(n / w)
+        args = dict(n=n, rank=rank, w=w, got=got, want=want, count=len(got), size=size)
+        if len(got) > 1 and got == list(range(got[0], got[0] + len(got))):
+            raise Wrong("shard_blocks", **args)
+        if len(got) != size:
+            raise Wrong("shard_length", **args)
+        raise Wrong("shard_other", **args)
     return Phrase("shard_ok", cases=cases)
 
 
@@ -240,7 +253,7 @@ def predict_all_reduce():
 
 
 def _check_reduce(fn) -> Phrase:
-    got = fn()
+    got = run_answer(call, fn)
     if not isinstance(got, (list, tuple)) or len(got) != 3:
         raise Wrong("reduce_shape")
     values = [float(v) for v in got]
@@ -256,7 +269,7 @@ def predict_all_gather():
 
 
 def _check_gather(fn) -> Phrase:
-    got = fn()
+    got = run_answer(call, fn)
     if isinstance(got, (list, tuple)) and [*got] in ([0, 1, 2], [0.0, 1.0, 2.0]):
         raise Wrong("gather_one", got=list(got))
     if not isinstance(got, (list, tuple)) or len(got) != 3:

@@ -60,6 +60,15 @@ MESSAGES = i18n.messages(
         ),
         "mismatch.title": "the ranks made different collective calls",
         "mismatch_abort": "a rank aborted inside a collective ({signal})",
+        "endless": (
+            "The answer did not return within {timeout:g} s (an endless loop?), so it was stopped."
+        ),
+        "endless.title": "did not return (an endless loop?)",
+        "from_course": (
+            "`{name}` runs the course's own reference answer (from `ddp_helpers`), not code "
+            "written in this notebook: write your own."
+        ),
+        "from_course.title": "the course's reference answer, not the learner's own",
         "mismatch_returned": (
             "rank {returned} had already returned while rank {rank} waited in one"
         ),

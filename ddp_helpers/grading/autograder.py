@@ -23,7 +23,7 @@ import zipfile
 from pathlib import Path
 
 from ..exercises import LESSONS, notebook_name
-from .files import replaced_whole
+from ..files import replaced_whole
 
 DISTRIBUTION = "ddp-basics"
 CONFIG = "autograder.json"

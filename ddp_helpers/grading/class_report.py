@@ -20,9 +20,9 @@ from pathlib import Path
 
 from ..exercises.texts import Texts, status_names
 from ..exercises.verdicts import CheckStatus
+from ..files import replaced_whole
 from ..i18n import messages
 from . import scorer
-from .files import replaced_whole
 from .results import STATUSES, ExerciseScore, Row, Status
 
 OUTCOMES = tuple(CheckStatus)

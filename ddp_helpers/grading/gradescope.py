@@ -16,9 +16,9 @@ from pathlib import Path
 
 from .. import i18n
 from ..exercises.verdicts import CheckStatus, Hidden
+from ..files import replaced_whole
 from ..i18n import messages
 from .defaults import VISIBILITIES  # noqa: F401 - Gradescope's, as the tests read them
-from .files import replaced_whole
 from .results import Row, Status
 
 MESSAGES = messages(

@@ -8,13 +8,24 @@ import os
 import queue
 import re
 import signal
+import stat
 import subprocess
 import sys
 import time
 
+from ..files import append_fd, read_tail
 from ..procs import describe_exit, stop_tree, supervise
+from .folders import WorkFolders
 
 INTERRUPT_GRACE = 5.0  # after the limit: time for the interrupt's traceback to arrive
+# What the grader takes of a kernel (whose every byte the notebook controls), at most:
+MAX_MESSAGE = 16 << 20  # bytes of one part of one message (a print, an error)
+RECONNECT_MS = 1000  # ZeroMQ's wait before it reconnects (the grader checks every 0.1 s)
+LOG_TAIL = 64 << 10  # bytes of the end of a log
+LINE = 500  # characters of one line of a log or a traceback
+FRAMES = 100  # entries (frames, each some lines) of a traceback kept from an error message
+FRAME = 4000  # characters of one of them
+TEXT = 2000  # characters of an exception's name or message
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
@@ -24,8 +35,10 @@ def strip_ansi(text: str) -> str:
 
 
 def start_logged(argv: list[str], cwd: str, env: dict, log_path: str, pass_fds=()):
-    """A process of the submission's, in a session of its own, its output to a log file."""
-    with open(log_path, "ab") as log:
+    """A process of the submission's, in a session of its own, its output to a log file
+    (the grader's, out of the box: see folders.py; opened as files.py opens one)."""
+    log = append_fd(log_path)
+    try:
         return subprocess.Popen(
             argv,
             cwd=cwd,
@@ -36,56 +49,114 @@ def start_logged(argv: list[str], cwd: str, env: dict, log_path: str, pass_fds=(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+    finally:
+        os.close(log)
 
 
 class KernelDied(Exception):
     pass
 
 
+class OutputTooBig(Exception):
+    """The kernel sent a message part over MAX_MESSAGE: the grader dropped it, and stops."""
+
+
+class Tampered(Exception):
+    """The notebook replaced one of the kernel's sockets, which the grader connects to."""
+
+
+def _capped_context():
+    """A ZeroMQ context whose sockets drop the peer that sends a part over MAX_MESSAGE
+    (before the grader holds it in memory), and reconnect only after RECONNECT_MS."""
+    import zmq
+
+    context = zmq.Context()
+    context.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
+    context.setsockopt(zmq.RECONNECT_IVL, RECONNECT_MS)
+    return context
+
+
 class Kernel:
     """A fresh IPython kernel in its own session, driven over the Jupyter protocol."""
 
-    def __init__(self, workdir: str, env: dict, cage=None):
+    def __init__(self, folders: WorkFolders, env: dict, cage=None):
         """`env`: the kernel's whole environment (sandbox.Cage.env). `cage` (sandbox.Cage):
         the kernel runs inside it, and is watched on every tick."""
         from jupyter_client import BlockingKernelClient
         from jupyter_client.connect import write_connection_file
 
-        self.connection_file = os.path.join(workdir, "kernel.json")
-        # Unix sockets in the submission's folder: no ports to race for, nothing to reach.
+        self.connection_file = folders.connection_file
+        # Unix sockets in the submission's box: no ports to race for, nothing to reach.
         # Their paths must fit in 107 bytes; under a long TMPDIR, TCP on loopback instead.
-        ipc = os.path.join(workdir, "kernel-ipc")
+        ipc = folders.kernel_ipc
+        self.sockets: dict[str, tuple[int, int] | None] = {}  # path -> (device, inode)
         if len(ipc.encode()) + 6 <= 100:
-            write_connection_file(self.connection_file, transport="ipc", ip=ipc)
+            _, info = write_connection_file(self.connection_file, transport="ipc", ip=ipc)
+            ports = [info[f"{name}_port"] for name in ("shell", "iopub", "control")]
+            self.sockets = {f"{ipc}-{port}": None for port in ports}
         elif cage is not None and cage.conf.sandbox:  # its loopback is not the grader's
-            raise RuntimeError(f"the folder {workdir} is too deep for a sandboxed kernel")
+            raise RuntimeError(f"the folder {folders.root} is too deep for a sandboxed kernel")
         else:
             write_connection_file(self.connection_file, ip="127.0.0.1")
-        self.log_path = os.path.join(workdir, "kernel.log")
+        self.log_path = folders.kernel_log
         self.cage = cage
         argv = [sys.executable, "-m", "ipykernel_launcher", "-f", self.connection_file]
-        cwd = os.path.join(workdir, "cwd")
         if cage is not None:
-            argv = cage.command(argv, cwd)
-        self.proc = start_logged(argv, cwd, env, self.log_path)
-        self.client = BlockingKernelClient()
-        self.client.load_connection_file(self.connection_file)
-        self.client.start_channels()
+            argv = cage.command(argv, folders.cwd, read_only=[self.connection_file])
+        self.client = BlockingKernelClient(context=_capped_context())
+        self.client.load_connection_file(self.connection_file)  # before the kernel runs
+        self.proc = start_logged(argv, folders.cwd, env, self.log_path)
+        self._monitors: list = []
 
     def log_tail(self, lines: int = 15) -> str:
-        """The end of the kernel's own output, without ipykernel's start-up banner."""
-        try:
-            with open(self.log_path, errors="replace") as f:
-                text = f.read()
-        except OSError:
-            return ""
+        """The end of the kernel's own output, without ipykernel's start-up banner: at most
+        LOG_TAIL bytes of it, read as files.py reads what a submission could replace."""
+        text = read_tail(self.log_path, LOG_TAIL).decode(errors="replace")
         banner_end = text.rfind("--existing ")
         if banner_end >= 0:
             text = text[text.find("\n", banner_end) + 1 :] if "\n" in text[banner_end:] else ""
-        return "\n".join(text.strip().splitlines()[-lines:])
+        return "\n".join(cap(line, LINE) for line in text.strip().splitlines()[-lines:])
+
+    def _connect(self, deadline: float) -> None:
+        """Once ipykernel has made its sockets, connect to them (never before: the notebook
+        has run nothing yet, so they are the kernel's) and note what each one is."""
+        import zmq
+
+        while self.sockets and not all(map(_is_socket, self.sockets)):
+            if self.proc.poll() is not None:
+                raise KernelDied(self._how_it_died())
+            if time.monotonic() > deadline:
+                raise TimeoutError("its sockets did not appear")
+            time.sleep(0.02)
+        for path in self.sockets:
+            st = os.lstat(path)
+            self.sockets[path] = (st.st_dev, st.st_ino)
+        self.client.start_channels(stdin=False, hb=False)
+        for channel in (self.client.shell_channel, self.client.iopub_channel):
+            self._monitors.append(channel.socket.get_monitor_socket(zmq.EVENT_DISCONNECTED))
+
+    def check_channels(self) -> None:
+        """On every tick: OutputTooBig once a message was dropped for its size (ZeroMQ
+        disconnects its sender), Tampered if a socket the grader connects to was replaced
+        (a reconnect, RECONNECT_MS later at the earliest, would follow it)."""
+        import zmq
+
+        for monitor in self._monitors:
+            with contextlib.suppress(zmq.Again):
+                monitor.recv_multipart(zmq.NOBLOCK)
+                raise OutputTooBig(MAX_MESSAGE)
+        for path, seen in self.sockets.items():
+            try:
+                st = os.lstat(path)
+                now = (st.st_dev, st.st_ino) if stat.S_ISSOCK(st.st_mode) else None
+            except OSError:
+                now = None
+            if now != seen:
+                raise Tampered(os.path.basename(path))
 
     def wait_ready(self, limit: float) -> None:
         deadline = time.monotonic() + limit
+        self._connect(deadline)
         # kernel_info until the shell answers, then an empty execute until iopub shows it
         # (a subscriber that connected late would miss the first cell's messages).
         for channel_ready in (self._shell_ready, self._iopub_ready):
@@ -147,11 +218,15 @@ class Kernel:
             if msg["parent_header"].get("msg_id") != msg_id:
                 return False
             kind, content = msg["msg_type"], msg["content"]
-            if kind == "error":
-                errors.append(content)
-            return kind == "status" and content["execution_state"] == "idle"
+            if kind == "error" and not errors:  # the first is the one reported
+                errors.append(capped_error(content))
+            return kind == "status" and content.get("execution_state") == "idle"
 
-        watch = self.cage.watch if self.cage is not None else None
+        def watch() -> None:
+            self.check_channels()
+            if self.cage is not None:
+                self.cage.watch()
+
         ended = supervise(self.proc, idle, lambda: deadline, watch, tick=0.1)
         if ended == "exited":
             raise KernelDied(self._how_it_died())
@@ -188,12 +263,42 @@ class Kernel:
     def stop(self) -> None:
         with contextlib.suppress(Exception):
             self.client.stop_channels()
+        for monitor in self._monitors:
+            with contextlib.suppress(Exception):
+                monitor.close(linger=0)
         stop_tree(self.proc)
+        with contextlib.suppress(Exception):
+            self.client.context.destroy(linger=0)
+
+
+def _is_socket(path: str) -> bool:
+    try:
+        return stat.S_ISSOCK(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 # Where a frame of IPython's traceback begins: a notebook cell's, or a file's.
 _FRAME = re.compile(r"(Cell In\[\d+\]|Input In \[\d+\]|File )")
 _CELL_FRAME = ("Cell In[", "Input In [")
+
+
+def cap(text, limit: int) -> str:
+    """text as str, cut to `limit` characters with a mark where it was cut."""
+    text = text if type(text) is str else str(text)
+    return text if len(text) <= limit else text[:limit] + f" [... {len(text) - limit} more]"
+
+
+def capped_error(content) -> dict:
+    """An error message's content as the grader keeps it: strings, each of them capped."""
+    content = content if isinstance(content, dict) else {}
+    traceback = content.get("traceback")
+    frames = traceback[-FRAMES:] if isinstance(traceback, list) else []
+    return {
+        "ename": cap(content.get("ename", ""), TEXT),
+        "evalue": cap(content.get("evalue", ""), TEXT),
+        "traceback": [cap(frame, FRAME) for frame in frames],
+    }
 
 
 def error_text(error: dict, keep: int = 25) -> str:
@@ -203,11 +308,11 @@ def error_text(error: dict, keep: int = 25) -> str:
     text = strip_ansi("\n".join(error.get("traceback") or []))
     if not text.strip():
         text = f"{error.get('ename')}: {error.get('evalue')}"
-    lines = text.strip().splitlines()
+    lines = [cap(line, LINE) for line in text.strip().splitlines()]
     tail = lines[-keep:]
     starts = [i for i, line in enumerate(lines) if _FRAME.match(line)]
     cells = [i for i in starts if lines[i].startswith(_CELL_FRAME)]
     if not cells or cells[-1] >= len(lines) - keep:
         return "\n".join(tail)
     end = next((i for i in starts if i > cells[-1]), len(lines))
-    return "\n".join([*lines[cells[-1] : end], "...", *tail])
+    return "\n".join([*lines[cells[-1] : end][:keep], "...", *tail])

@@ -10,8 +10,8 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Protocol
 
+from ..files import replaced_whole
 from .class_report import write_report
-from .files import replaced_whole
 from .gradescope import results_paths, write_results
 from .reports import csv_cells, csv_header, write_feedback
 from .results import Row

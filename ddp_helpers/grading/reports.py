@@ -10,8 +10,8 @@ from pathlib import Path
 from .. import i18n
 from ..exercises.texts import status_names
 from ..exercises.verdicts import CheckStatus
+from ..files import replaced_whole
 from ..i18n import messages
-from .files import replaced_whole
 from .results import STATUSES, Row, Status, Submission
 
 # What the instructor reads (the batch's progress lines and summary): English only.

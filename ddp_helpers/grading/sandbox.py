@@ -35,7 +35,8 @@ from pathlib import Path
 
 from ..i18n import messages
 from ..paths import PACKAGE  # ddp_helpers/, the course's own code
-from .defaults import DEFAULT_TASKS
+from .defaults import DEFAULT_DISK, DEFAULT_TASKS
+from .folders import WorkFolders
 from .limits import MECHANISMS, Limits, first_usable
 
 LIMITS = tuple(MECHANISMS)  # how a submission's limits can be held (limits.py)
@@ -91,6 +92,7 @@ INSTRUCTOR_TEXT = {
     "bad_tasks": (
         "--tasks takes a whole number of processes and threads, 16 or more; got {value!r}."
     ),
+    "bad_disk": "--disk takes a size such as 1G or 512M, at least 64M; got {value!r}.",
 }
 
 # What the learner's feedback says when the notebook hit a limit: in the submission's language.
@@ -105,6 +107,12 @@ MESSAGES = messages(
             "The notebook started more processes and threads than its limit of {limit} "
             "({how}); what it had started was stopped."
         ),
+        "disk_hit": (
+            "The notebook wrote more than its disk limit of {limit} into its folders ({how}); "
+            "what it had started was stopped."
+        ),
+        "disk_bytes": "{size} written",
+        "disk_files": "more than {count} files",
     },
 )
 
@@ -112,13 +120,18 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
-def parse_size(text: str) -> int:
+def parse_size(text: str, least: int = 256 << 20, error: str = "bad_size") -> int:
     """Bytes in '4G', '512M', '2000000000'; a ValueError that says what is accepted."""
     m = _SIZE.match(str(text))
     size = int(float(m.group(1)) * _UNITS[m.group(2).upper()]) if m else 0
-    if size < 256 << 20:
-        raise ValueError(INSTRUCTOR_TEXT["bad_size"].format(value=text))
+    if size < least:
+        raise ValueError(INSTRUCTOR_TEXT[error].format(value=text))
     return size
+
+
+def parse_disk(text: str) -> int:
+    """--disk: bytes, at least 64M."""
+    return parse_size(text, 64 << 20, "bad_disk")
 
 
 def format_size(size: int) -> str:
@@ -142,6 +155,7 @@ class Confinement:
     threads: int = 1  # OMP/MKL threads per process
     mechanism: str = "rlimit"  # how the limits are held: a name of limits.MECHANISMS
     pass_env: tuple[str, ...] = ()  # the grader's variables passed beyond the allow-list
+    disk: int = DEFAULT_DISK  # bytes the submission may write: its box and its logs
 
     @property
     def limits(self) -> type[Limits]:
@@ -162,6 +176,7 @@ def choose(
     threads: int = 1,
     pass_env: Iterable[str] = (),
     limits: str | None = None,
+    disk: int | None = None,
 ) -> Confinement:
     """The confinement asked for, checked now: a SandboxError or ValueError before anything
     is graded. sandbox=None: the sandbox where it can run here (else fallback_note() says
@@ -181,7 +196,8 @@ def choose(
         raise SandboxError(INSTRUCTOR_TEXT[kind].format(error=error))
     mechanism = limits or first_usable()
     boxed = sandbox is not False and problem is None
-    return Confinement(boxed, memory, tasks or DEFAULT_TASKS, threads, mechanism, pass_env)
+    tasks = tasks or DEFAULT_TASKS
+    return Confinement(boxed, memory, tasks, threads, mechanism, pass_env, disk or DEFAULT_DISK)
 
 
 @functools.cache
@@ -308,14 +324,14 @@ CGROUP_NAME_ENV = "DDP_HELPERS_CGROUP_NAME"  # the grader to its worker: the cgr
 
 class Cage:
     """One submission's confinement: its cgroups, the command that starts a process in it,
-    and which limit (if any) it ran into."""
+    what it may write (its box: folders.py), and which limit (if any) it ran into."""
 
-    def __init__(self, conf: Confinement, workdir: str, name: str | None = None):
+    def __init__(self, conf: Confinement, folders: WorkFolders, name: str | None = None):
         self.conf = conf
-        self.workdir = workdir
-        self.dirs: dict[str, Path] = {}
-        self.watched_hit = None  # the task limit, found by counting (Limits.watches_tasks)
-        self.dirs = conf.limits.folders(name or cgroup_name())
+        self.folders = folders
+        self.watched_hit: tuple[str, str] | None = None  # a limit this process found
+        self._next_measure = 0.0
+        self.dirs: dict[str, Path] = conf.limits.folders(name or cgroup_name())
         for path in set(self.dirs.values()):
             path.mkdir()
         if self.dirs:
@@ -323,31 +339,37 @@ class Cage:
 
     def env(self) -> dict[str, str]:
         """The environment of the submission's processes (kernel, ranks, checks): the
-        allow-listed part of this process's, with the submission's own home and TMPDIR (the
-        worker makes workdir/home and workdir/tmp, and removes them with workdir)."""
-        home, tmp = (os.path.join(self.workdir, sub) for sub in ("home", "tmp"))
-        return submission_environment(os.environ, self.conf, home, tmp)
+        allow-listed part of this process's, with the submission's own home and TMPDIR."""
+        folders = self.folders
+        return submission_environment(os.environ, self.conf, folders.home, folders.tmp)
 
-    def command(self, argv: list[str], cwd: str) -> list[str]:
-        """argv, started inside the cage: in its cgroups or under its rlimits, in bwrap."""
+    def command(self, argv: list[str], cwd: str, read_only: Iterable[str] = ()) -> list[str]:
+        """argv, started inside the cage: in its cgroups, under its rlimits, in bwrap (which
+        shows it the files `read_only` too: the kernel's connection file)."""
         confine = [sys.executable, "-P", "-m", "ddp_helpers.grading.confine"]
         for path in set(self.dirs.values()):
             confine += ["--cgroup", str(path)]
         confine += self.conf.limits.confine_args(self.conf.memory)
-        inner = self._bwrap(argv, cwd) if self.conf.sandbox else argv
+        confine += ["--fsize", str(self.conf.disk)]  # no one file past the disk limit
+        inner = self._bwrap(argv, cwd, read_only) if self.conf.sandbox else argv
         return [*confine, "--", *inner]
 
-    def _bwrap(self, argv: list[str], cwd: str) -> list[str]:
+    def _bwrap(self, argv: list[str], cwd: str, read_only: Iterable[str]) -> list[str]:
+        box = self.folders.box
         args = [shutil.which("bwrap") or "bwrap"]
         args += ["--unshare-all", "--cap-drop", "ALL", "--die-with-parent", "--new-session"]
-        args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm", "--tmpfs", "/tmp"]
+        args += ["--proc", "/proc", "--dev", "/dev", "--bind", self.folders.shm, "/dev/shm"]
+        args += [*tmpfs_size(self.conf.disk), "--tmpfs", "/tmp"]
         for system in ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin"):
             args += ["--ro-bind-try", system, system]
         for name in ("passwd", "group", "hosts", "nsswitch.conf", "localtime", "ld.so.cache"):
             args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
         for path in _python_paths():
             args += ["--ro-bind", path, path]
-        args += ["--bind", self.workdir, self.workdir, "--remount-ro", "/", "--chdir", cwd]
+        args += ["--bind", box, box]  # the one folder it writes: the grader's are beside it
+        for path in read_only:
+            args += ["--ro-bind", path, path]
+        args += ["--remount-ro", "/", "--chdir", cwd]
         return [*args, "--", *argv]
 
     def exit_code(self, code: int) -> int:
@@ -356,39 +378,98 @@ class Cage:
         return 128 - code if self.conf.sandbox and code > 128 else code
 
     def watch(self) -> bool:
-        """Count the tasks (where no cgroup does): over the limit, stop them all. True if hit."""
-        if not self.conf.limits.watches_tasks or self.watched_hit:
-            return bool(self.watched_hit)
-        import psutil
+        """On every tick: the tasks counted (where no cgroup counts them) and, twice a
+        second, the disk measured. Over a limit, everything the submission started is
+        stopped. True once a limit was hit."""
+        if self.watched_hit is None:
+            self.watched_hit = self._count_tasks() or self._measure_disk()
+            if self.watched_hit is not None:
+                from ..procs import kill_descendants
 
-        from ..procs import kill_descendants
+                kill_descendants()
+        return self.watched_hit is not None
+
+    def _count_tasks(self) -> tuple[str, str] | None:
+        if not self.conf.limits.watches_tasks:
+            return None
+        import psutil
 
         try:
             tasks = sum(p.num_threads() for p in psutil.Process().children(recursive=True))
         except psutil.Error:
-            return False
-        if tasks > self.conf.tasks:
-            self.watched_hit = f"{tasks} counted"
-            kill_descendants()
-            return True
-        return False
+            return None
+        return ("tasks", f"{tasks} counted") if tasks > self.conf.tasks else None
+
+    def _measure_disk(self, now: bool = False) -> tuple[str, str] | None:
+        if not now and time.monotonic() < self._next_measure:
+            return None
+        self._next_measure = time.monotonic() + DISK_EVERY
+        used, files = disk_used([self.folders.box], self.folders.logs, FILES)
+        if files > FILES:
+            return "disk", MESSAGES["disk_files"].format(count=FILES)
+        if used >= self.conf.disk:
+            return "disk", MESSAGES["disk_bytes"].format(size=_shown_size(used))
+        return None
 
     def hit(self, memory_errors: int = 0) -> tuple[str, str] | None:
         """(which limit, how it was seen) if the submission ran into one, else None."""
         hit = self.conf.limits.hit(self.dirs, self.conf.memory, memory_errors)
-        if hit is None and self.watched_hit:
-            return "tasks", self.watched_hit
-        return hit
+        if self.watched_hit is None:
+            self.watched_hit = self._measure_disk(now=True)  # what it wrote at the very end
+        return hit or self.watched_hit
 
     def message(self, hit: tuple[str, str]) -> str:
         which, how = hit
         if which == "memory":
             return MESSAGES["memory_hit"].format(limit=format_size(self.conf.memory), how=how)
+        if which == "disk":
+            return MESSAGES["disk_hit"].format(limit=_shown_size(self.conf.disk), how=how)
         return MESSAGES["tasks_hit"].format(limit=self.conf.tasks, how=how)
 
     def close(self) -> None:
         """Remove the cgroups (the worker has killed what was in them)."""
         remove_cgroups(self.dirs)
+
+
+DISK_EVERY = 0.5  # seconds between two measures of what a submission wrote
+FILES = 10_000  # files and folders a submission may make (each costs the measure time)
+
+
+def disk_used(folders: Iterable[str], files: Iterable[str], most: int) -> tuple[int, int]:
+    """(bytes on disk, entries) of everything in `folders` and the `files` beside them;
+    links not followed; the count stops a little past `most` (the walk must stay cheap)."""
+    used, entries, stack = 0, 0, list(folders)
+    for path in files:
+        with contextlib.suppress(OSError):
+            used += os.lstat(path).st_blocks * 512
+    while stack and entries <= most:
+        with contextlib.suppress(OSError), os.scandir(stack.pop()) as it:
+            for entry in it:
+                entries += 1
+                with contextlib.suppress(OSError):
+                    st = entry.stat(follow_symlinks=False)
+                    used += st.st_blocks * 512
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+    return used, entries
+
+
+def _shown_size(size: int) -> str:
+    """'1G', '64M', '70.3M': a size for a message."""
+    exact = format_size(size)
+    return exact if not exact.endswith("bytes") else f"{size / (1 << 20):.1f}M"
+
+
+@functools.cache
+def tmpfs_size(size: int) -> list[str]:
+    """bwrap's arguments that cap the next tmpfs at `size` bytes, where this bwrap can
+    (0.7 and later: --size); [] where it cannot, and the memory limit holds /tmp instead."""
+    probe = subprocess.run(
+        [shutil.which("bwrap") or "bwrap", "--ro-bind", "/", "/", "--size", str(size)]
+        + ["--tmpfs", "/tmp", "true"],
+        capture_output=True,
+    )
+    return ["--size", str(size)] if probe.returncode == 0 else []
 
 
 def cgroup_name() -> str:

@@ -1,23 +1,33 @@
 """Scoring a submission's answers with the grader's own checks, in scorer processes apart
 from the learner's kernel: whatever the notebook did to the checks in its kernel is gone.
 
+The learner's code never runs in a scorer: each answer stays the bytes the kernel pickled
+(an Answer), looked at without being loaded, and is loaded only on the ranks a check runs
+it on (exercises.run_on_ranks, run_answer), whose values come back as plain data. What a
+scorer writes is read by the worker as claims to check: only lines for the exercises asked
+for, with the statuses and mistake keys each exercise has, each field capped.
+
 `python -m ddp_helpers.grading.scorer ANSWERS LESSON FD ID...` scores and writes one JSON
 line per event to FD; `score()` runs such processes, a fresh one after one hangs or dies.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pickle
+import pickletools
 import select
 import sys
 import time
 
-from ..exercises.verdicts import CheckStatus
+from ..exercises.verdicts import CheckStatus, Hidden
+from ..files import read_capped
 from ..i18n import messages
 from ..procs import describe_exit, kill_descendants, stop_tree, supervise
-from .kernel import start_logged
+from .folders import WorkFolders
+from .kernel import cap, start_logged
 from .results import Event, ExerciseScore
 
 # The grader's own mistakes (keys as in the exercises' tables: a message under its key, a
@@ -37,14 +47,24 @@ MESSAGES = messages(
         "unsendable.title": "could not be taken out of the notebook",
         "unloadable": "`{name}` could not be loaded by the grader: {error}",
         "unloadable.title": "could not be loaded by the grader",
-        "from_course": (
-            "`{name}` is the course's reference answer imported from `{module}`, not code "
-            "written in this notebook: write your own."
+        "too_big": "the notebook's answers take {size} bytes, over the {limit} the grader reads",
+        "malformed": "the file of answers was not the one the grader writes",
+        "check_bad_line": (
+            "The grader's check process said something the grader does not accept ({why}); "
+            "this exercise was not scored."
         ),
-        "from_course.title": "the course's reference answer, imported",
+        "check_bad_line.title": "its check said something the grader does not accept",
         "not_scored.title": "not scored: the grader failed on the submission",
     },
 )
+# The keys of the grader's own mistakes, beyond those of each exercise (Exercise.mistake_keys).
+GRADER_KEYS = frozenset(
+    ["check_timeout", "check_died", "check_bad_line", "missing", "unsendable", "unloadable"]
+)
+ANSWERS_LIMIT = 256 << 20  # bytes of answers a scorer reads (a function and what it holds)
+LINE_LIMIT = 1 << 20  # bytes of one line a scorer writes (each field is capped well below)
+MESSAGE = 8000  # characters of a message or hint kept
+FIELD = 500  # characters of a field of a mistake's title
 
 
 def text(key: str, /, **fields) -> str:
@@ -52,20 +72,89 @@ def text(key: str, /, **fields) -> str:
     return MESSAGES[key].format(**fields)
 
 
-def from_course(obj) -> str | None:
-    """The ddp_helpers module an answer was imported from, or None for notebook code."""
-    for _ in range(10):  # functools.partial, functools.wraps, bound methods: look inside
-        module = getattr(obj, "__module__", None)
-        if isinstance(module, str) and (
-            module == "ddp_helpers" or module.startswith("ddp_helpers.")
-        ):
-            return module
-        inner = getattr(obj, "func", None) or getattr(obj, "__wrapped__", None)
-        inner = inner or getattr(obj, "__func__", None)
-        if inner is None or inner is obj:
-            return None
-        obj = inner
-    return None
+class Answer:
+    """A learner's answer as a scorer holds it: the bytes the kernel pickled, never loaded
+    in this process. Passed to a check's ranks it is loaded there (pickle.loads of those
+    bytes is how it pickles); called here, it refuses: a check runs an answer on a rank."""
+
+    def __init__(self, payload: bytes):
+        self.payload = payload
+
+    def __reduce__(self):
+        return (pickle.loads, (self.payload,))
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(
+            "the grader runs no answer in its own process: a check runs it on a rank "
+            "(exercises.run_answer)"
+        )
+
+
+class _NoGlobals(pickle.Unpickler):
+    def find_class(self, module: str, name: str):
+        raise pickle.UnpicklingError(f"{module}.{name}")
+
+
+def load_answers(path: str) -> tuple[dict, str | None]:
+    """The answers file the kernel wrote: name -> ("ok", pickled bytes) or ("error", why),
+    and why it could not be read (None if it could). Read as a file a learner could have
+    replaced (files.py), loaded with no class or function allowed: only its shape counts."""
+    try:
+        data = read_capped(path, ANSWERS_LIMIT)
+    except FileNotFoundError:
+        return {}, None
+    except OSError as exc:
+        size = getattr(exc, "size", None)
+        if size is not None:
+            return {}, MESSAGES["too_big"].format(size=size, limit=ANSWERS_LIMIT)
+        return {}, MESSAGES["malformed"]
+    try:
+        found = _NoGlobals(io.BytesIO(data)).load()
+    except Exception:  # noqa: BLE001 - anything but the dict the probe writes
+        return {}, MESSAGES["malformed"]
+    if not isinstance(found, dict):
+        return {}, MESSAGES["malformed"]
+    answers = {
+        name: entry
+        for name, entry in found.items()
+        if type(name) is str
+        and type(entry) is tuple
+        and len(entry) == 2
+        and (entry[0], type(entry[1])) in (("ok", bytes), ("error", str))
+    }
+    return answers, None
+
+
+def course_global(payload: bytes, references: set[tuple[str, str]]) -> bool:
+    """Whether a pickled answer names one of the course's references as a global (the
+    reference itself, an alias of it, or inside a functools.partial): read from the pickle's
+    opcodes, nothing loaded. A wrapper that calls the reference, or its code re-homed, is
+    found where the check runs it (exercises._core._guarded)."""
+    strings: list[str] = []
+    memo: dict[int, str] = {}
+    try:
+        for op, arg, _ in pickletools.genops(payload):
+            if isinstance(arg, str) and "UNICODE" in op.name:
+                strings.append(arg)
+            elif op.name == "MEMOIZE" and strings:
+                memo[len(memo)] = strings[-1]
+            elif op.name in ("BINGET", "LONG_BINGET", "GET") and arg in memo:
+                strings.append(memo[arg])
+            elif op.name == "GLOBAL" and tuple(arg.split(" ", 1)) in references:
+                return True
+            elif op.name == "STACK_GLOBAL" and tuple(strings[-2:]) in references:
+                return True
+    except Exception:  # noqa: BLE001 - a malformed pickle fails where it is loaded
+        return False
+    return False
+
+
+def _references() -> set[tuple[str, str]]:
+    from ..exercises import LESSONS, exercises_of
+
+    return {
+        name for lesson in LESSONS for ex in exercises_of(lesson) for name in ex.reference_names()
+    }
 
 
 def _grader_found(status: CheckStatus, mistake: str, **fields) -> dict:
@@ -73,24 +162,19 @@ def _grader_found(status: CheckStatus, mistake: str, **fields) -> dict:
     return {"status": status, "message": MESSAGES[mistake].format(**fields), "mistake": mistake}
 
 
-def _score_one(ex, entry) -> dict:
+def _score_one(ex, entry, unreadable: str | None, references) -> dict:
     """The fields of the exercise's ExerciseScore (less its id, name and points)."""
-    import cloudpickle
-
+    if unreadable is not None:
+        return _grader_found(CheckStatus.ERROR, "unloadable", name=ex.name, error=unreadable)
     if entry is None:
         return _grader_found(CheckStatus.MISSING, "missing", name=ex.name)
     kind, payload = entry
     if kind != "ok":
         return _grader_found(CheckStatus.ERROR, "unsendable", name=ex.name, error=payload)
-    try:
-        answer = cloudpickle.loads(payload)
-    except BaseException as exc:  # noqa: BLE001 - whatever the pickle raises is the answer's
-        error = f"{type(exc).__name__}: {exc}"
-        return _grader_found(CheckStatus.ERROR, "unloadable", name=ex.name, error=error)
-    module = from_course(answer)
-    if module is not None:
-        return _grader_found(CheckStatus.WRONG, "from_course", name=ex.name, module=module)
-    result = ex.grade(answer)  # the learner's check, then the grader's hidden cases
+    if course_global(payload, references):
+        result = ex.from_course()
+    else:
+        result = ex.grade(Answer(payload))  # the learner's check, then the hidden cases
     return {
         "status": result.status,
         "message": result.message,
@@ -106,22 +190,18 @@ def score_answers(answers_path: str, lesson: str, ids: list[str], out) -> None:
     from ..exercises import exercises_of
 
     exercises = {ex.id: ex for ex in exercises_of(lesson)}
-    try:
-        with open(answers_path, "rb") as f:
-            found = pickle.load(f)
-    except (OSError, EOFError):
-        found = {}
-    entries = found.values() if isinstance(found, dict) else ()
-    if any(isinstance(e, tuple) and e[:1] == ("ok",) for e in entries):
+    found, unreadable = load_answers(answers_path)
+    if any(kind == "ok" for kind, _ in found.values()):
         from ..launcher import client
 
-        client.start()  # the launcher imports torch while the answers load (and import it)
+        client.start()  # the launcher imports torch while the checks get ready
+    references = _references()
     for ex_id in ids:
         ex = exercises[ex_id]
         out.write(json.dumps({"event": "start", "id": ex_id}) + "\n")
         out.flush()
-        done = {"event": "done", "id": ex_id, **_score_one(ex, found.get(ex.name))}
-        out.write(json.dumps(done) + "\n")
+        fields = _score_one(ex, found.get(ex.name), unreadable, references)
+        out.write(json.dumps({"event": "done", "id": ex_id, **fields}) + "\n")
         out.flush()
 
 
@@ -132,7 +212,7 @@ def _children() -> set[int]:
 
 
 def score(
-    answers_path: str, lesson: str, workdir: str, env: dict, limit: float, cage=None
+    folders: WorkFolders, lesson: str, env: dict, limit: float, cage=None
 ) -> tuple[list[ExerciseScore], list[Event]]:
     """Every exercise of the lesson scored, and what went wrong on the way (a hang, a crash).
 
@@ -143,13 +223,11 @@ def score(
     from ..exercises import exercises_of
 
     exercises = exercises_of(lesson)
-    ids = [ex.id for ex in exercises]
+    asked = {ex.id: ex for ex in exercises}
     results: dict[str, dict] = {}
     events: list[Event] = []
-    while remaining := [i for i in ids if i not in results]:
-        stopped_in, kind, text = _run_scorer(
-            answers_path, lesson, remaining, workdir, env, limit, results, cage
-        )
+    while remaining := [i for i in asked if i not in results]:
+        stopped_in, kind, text = _run_scorer(folders, lesson, remaining, env, limit, results, cage)
         if kind is None:
             if all(i in results for i in remaining):
                 break
@@ -158,29 +236,31 @@ def score(
         if stopped_in is None and progressed:
             continue  # it stopped between two exercises: a new scorer takes the rest
         # It hung or died in one exercise, or before scoring any: that one gets the reason.
-        culprit = stopped_in or next(i for i in ids if i not in results)
+        culprit = stopped_in or next(i for i in asked if i not in results)
         results[culprit] = {"status": CheckStatus.ERROR, "message": text, "mistake": kind}
         events.append(Event(kind, text, exercise=culprit))
     scores = [ExerciseScore(ex.id, ex.name, ex.points, **results[ex.id]) for ex in exercises]
     return scores, events
 
 
-def _run_scorer(answers_path, lesson, ids, workdir, env, limit, results, cage) -> tuple:
+def _run_scorer(folders: WorkFolders, lesson, ids, env, limit, results, cage) -> tuple:
     """One scorer process for `ids`, its results put into `results`: (exercise, kind, why)
-    if it hung or died, else (None, None, ""). Nothing it started is left."""
+    if it hung, died or said what it may not, else (None, None, ""). Nothing it started is
+    left."""
+    from ..exercises import exercises_of
+
     before = _children()
     read_fd, write_fd = os.pipe()
     # -P: nothing the notebook wrote into a folder can shadow a module here.
     argv = [sys.executable, "-P", "-m", "ddp_helpers.grading.scorer"]
-    argv += [answers_path, lesson, str(write_fd), *ids]
-    cwd = os.path.join(workdir, "score")
+    argv += [folders.answers, lesson, str(write_fd), *ids]
     if cage is not None:  # the checks run the learner's code: in its cage too
-        argv = cage.command(argv, cwd)
-    log = os.path.join(workdir, "scorer.log")
-    proc = start_logged(argv, cwd, env, log, pass_fds=(write_fd,))
+        argv = cage.command(argv, folders.score)
+    proc = start_logged(argv, folders.score, env, folders.scorer_log, pass_fds=(write_fd,))
     os.close(write_fd)
+    asked = {ex.id: ex for ex in exercises_of(lesson) if ex.id in ids}
     try:
-        return _read_scores(proc, read_fd, limit, results, cage)
+        return _read_scores(proc, read_fd, limit, results, asked, cage)
     finally:
         os.close(read_fd)
         stop_tree(proc)
@@ -190,8 +270,60 @@ def _run_scorer(answers_path, lesson, ids, workdir, env, limit, results, cage) -
             kill_descendants(pid, include_self=True)
 
 
-def _read_scores(proc, fd: int, limit: float, results: dict, cage=None) -> tuple:
-    """Read the scorer's lines into results: (exercise, kind, why) if it hung or died.
+class BadLine(ValueError):
+    """A scorer's line that is not one the grader takes: the reason, in English words."""
+
+
+def checked_result(event, ex) -> dict:
+    """A scorer's "done" line for exercise `ex`, as the fields of its ExerciseScore: only
+    the statuses, hidden states and mistake keys there are (the exercise's own, the ranks',
+    the core's, the grader's), every string capped; else BadLine."""
+    status, mistake = event.get("status"), event.get("mistake")
+    if status not in set(CheckStatus):
+        raise BadLine(f"status {cap(status, 40)!r}")
+    if (mistake is None) != (status == CheckStatus.CORRECT):
+        raise BadLine(f"mistake {cap(mistake, 40)!r} with status {status}")
+    if mistake is not None and mistake not in ex.mistake_keys | GRADER_KEYS:
+        raise BadLine(f"mistake {cap(mistake, 40)!r}, which exercise {ex.id} does not have")
+    hidden, hint, fields = event.get("hidden"), event.get("hint"), event.get("fields") or {}
+    if hidden is not None and hidden not in set(Hidden):
+        raise BadLine(f"extra cases {cap(hidden, 40)!r}")
+    if not isinstance(event.get("message", ""), str) or not isinstance(hint, (str, type(None))):
+        raise BadLine("a message that is not text")
+    if not isinstance(fields, dict) or len(fields) > 20:
+        raise BadLine("fields that are not a few names and values")
+    return {
+        "status": status,
+        "mistake": mistake,
+        "message": cap(event.get("message", ""), MESSAGE),
+        "hint": None if hint is None else cap(hint, MESSAGE),
+        "hidden": hidden,
+        "fields": {cap(k, 40): cap(v, FIELD) for k, v in fields.items()},
+    }
+
+
+def _take_line(line: bytes, state: dict, results: dict, asked: dict) -> None:
+    """One line of a scorer into `state` (the exercise it is in) and `results`; BadLine if
+    it is not a start or a result of an exercise asked for, in order."""
+    try:
+        event = json.loads(line)
+    except ValueError:
+        raise BadLine("a line that is not JSON") from None
+    if not isinstance(event, dict) or event.get("id") not in asked:
+        raise BadLine("a line for no exercise it was asked to check")
+    ex_id, current = event["id"], state["current"]
+    if event.get("event") == "start" and current is None and ex_id not in results:
+        state["current"] = ex_id
+    elif event.get("event") == "done" and current == ex_id:
+        results[ex_id] = checked_result(event, asked[ex_id])
+        state["current"] = None
+    else:
+        raise BadLine(f"{cap(event.get('event'), 20)!r} for exercise {ex_id} out of turn")
+
+
+def _read_scores(proc, fd: int, limit: float, results: dict, asked: dict, cage=None) -> tuple:
+    """Read the scorer's lines into results: (exercise, kind, why) if it hung, died or said
+    what it may not (BadLine: then it is stopped).
 
     The limit runs from the scorer's start and from each line it writes, so a scorer that
     hangs between two exercises is stopped too; its exit is noticed even when something it
@@ -201,13 +333,10 @@ def _read_scores(proc, fd: int, limit: float, results: dict, cage=None) -> tuple
 
     def take(chunk: bytes) -> None:
         *lines, state["buffer"] = (state["buffer"] + chunk).split(b"\n")
+        if len(state["buffer"]) > LINE_LIMIT or any(len(x) > LINE_LIMIT for x in lines):
+            raise BadLine(f"a line over {LINE_LIMIT} bytes")
         for line in lines:
-            event = json.loads(line)
-            if event["event"] == "start":
-                state["current"] = event["id"]
-            else:
-                results[event["id"]] = {k: v for k, v in event.items() if k not in ("event", "id")}
-                state["current"] = None
+            _take_line(line, state, results, asked)
             state["deadline"] = time.monotonic() + limit
 
     def drain() -> bool:
@@ -228,11 +357,14 @@ def _read_scores(proc, fd: int, limit: float, results: dict, cage=None) -> tuple
     os.set_blocking(fd, False)
     # A cage is watched on every tick: over its task limit, everything it started is stopped.
     watch = cage.watch if cage is not None else None
-    if supervise(proc, closed, lambda: state["deadline"], watch) == "late":
-        text = MESSAGES["check_timeout"].format(limit=limit)
-        return state["current"], "check_timeout", text
-    code = proc.wait()  # the scorer is gone: what it wrote is read
-    drain()
+    try:
+        if supervise(proc, closed, lambda: state["deadline"], watch) == "late":
+            text = MESSAGES["check_timeout"].format(limit=limit)
+            return state["current"], "check_timeout", text
+        code = proc.wait()  # the scorer is gone: what it wrote is read
+        drain()
+    except BadLine as exc:
+        return state["current"], "check_bad_line", MESSAGES["check_bad_line"].format(why=exc)
     if code == 0 and state["current"] is None:
         return None, None, ""
     how = describe_exit(code if cage is None else cage.exit_code(code))
@@ -241,6 +373,7 @@ def _read_scores(proc, fd: int, limit: float, results: dict, cage=None) -> tuple
 
 def main(argv: list[str]) -> int:
     answers_path, lesson, fd, *ids = argv
+    os.set_inheritable(int(fd), False)  # no program a check starts gets the result pipe
     with os.fdopen(int(fd), "w") as out:
         score_answers(answers_path, lesson, ids, out)
     return 0

@@ -17,16 +17,16 @@ import os
 import shutil
 import signal
 import sys
-import tempfile
 import time
 
 from .. import i18n
 from ..i18n import messages
 from ..procs import become_subreaper, die_with_parent, kill_descendants
 from .budget import TimeBudget
-from .kernel import Kernel, KernelDied, error_text
+from .folders import WorkFolders
+from .kernel import MAX_MESSAGE, Kernel, KernelDied, OutputTooBig, Tampered, error_text
 from .results import Event, Outcome, Status
-from .sandbox import CGROUP_NAME_ENV, Cage, Confinement
+from .sandbox import CGROUP_NAME_ENV, Cage, Confinement, format_size
 from .scorer import score
 from .submissions import code_sources, language_of
 
@@ -49,23 +49,35 @@ MESSAGES = messages(
         ),
         "probe_hung": "it did not finish",
         "probe_died": "the kernel died ({how})",
+        "too_big": (
+            "While running code cell {cell} (`{first_line}`) the notebook sent the grader one "
+            "message (an output, an error) of more than {limit}, which the grader does not "
+            "take; the notebook was stopped there. Print less at once."
+        ),
+        "tampered": (
+            "While running code cell {cell} (`{first_line}`) the notebook replaced the socket "
+            "`{socket}` that the grader talks to its kernel through; the notebook was stopped "
+            "there."
+        ),
     },
 )
 
-# Runs in the learner's kernel after every cell: pickles the answers by value into a file.
-# Executed in a fresh namespace, so it defines nothing in the learner's.
+# Runs in the learner's kernel after every cell: pickles the answers by value into a file
+# (with the launcher's pickler, which keeps each function's code whole, its file name too:
+# code taken from the course's own files is told by it). Executed in a fresh namespace, so
+# it defines nothing in the learner's.
 _PROBE = """
 import os, pickle
-import cloudpickle
+from ddp_helpers.launcher.pickling import dumps
 from IPython import get_ipython
 ns = get_ipython().user_ns
 found = {}
 for name in NAMES:
     if name in ns:
         try:
-            found[name] = ("ok", cloudpickle.dumps(ns[name]))
+            found[name] = ("ok", dumps(ns[name]))
         except BaseException as exc:
-            found[name] = ("error", f"{type(exc).__name__}: {exc}")
+            found[name] = ("error", f"{type(exc).__name__}: {exc}"[:2000])
 with open(PATH + ".tmp", "wb") as f:
     pickle.dump(found, f)
 os.replace(PATH + ".tmp", PATH)
@@ -80,18 +92,23 @@ def _first_line(source: str) -> str:
 
 
 def run_notebook(
-    cells: list[str], names: list[str], workdir: str, budget: TimeBudget, cage: Cage, env=None
+    cells: list[str],
+    names: list[str],
+    folders: WorkFolders,
+    budget: TimeBudget,
+    cage: Cage,
+    env=None,
 ) -> tuple[Status, list[Event], float]:
     """Run the code cells in a fresh kernel, in the cage, taking the answers out after each.
 
     Returns the status, what happened, and the seconds it took; the answers are in
-    workdir/answers.pkl.
+    folders.answers.
     """
-    answers = os.path.join(workdir, "answers.pkl")
+    answers = folders.answers
     probe = f"exec({_PROBE!r}, {{'NAMES': {names!r}, 'PATH': {answers!r}}})"
     status, events = Status.OK, []
     started = time.monotonic()
-    kernel = Kernel(workdir, cage.env() if env is None else env, cage)
+    kernel = Kernel(folders, cage.env() if env is None else env, cage)
     try:
         try:
             kernel.wait_ready(budget.kernel_start)
@@ -101,44 +118,63 @@ def run_notebook(
         deadline = time.monotonic() + budget.notebook
         for number, source in enumerate(cells, 1):
             where = {"cell": number, "first_line": _first_line(source)}
-            try:
-                error = kernel.execute(source, deadline)
-            except TimeoutError as exc:
-                error = kernel.interrupt(exc.args[0])
-                status = Status.TIMEOUT
-                text = MESSAGES["timeout"].format(limit=budget.notebook, **where)
-                events.append(Event("timeout", text, error_text(error) if error else "", number))
-                if error is not None:  # the kernel came back: what it defined still counts
-                    with contextlib.suppress(TimeoutError, KernelDied):
-                        kernel.execute(probe, time.monotonic() + budget.probe, silent=True)
-                break
-            except KernelDied as exc:
-                status = Status.ERROR
-                text = MESSAGES["died"].format(how=exc, **where)
-                events.append(Event("died", text, kernel.log_tail(), number))
-                break
-            if error is not None:
-                text = MESSAGES["cell_error"].format(
-                    ename=error.get("ename"), evalue=error.get("evalue"), **where
-                )
-                events.append(
-                    Event("cell_error", text, error_text(error), number, name=error.get("ename"))
-                )
-            try:
-                kernel.execute(probe, max(deadline, time.monotonic() + 30), silent=True)
-            except (TimeoutError, KernelDied) as exc:
-                # Taking the answers out ran the notebook's objects' pickling code: it hung or
-                # ended the kernel. What earlier cells defined still counts.
-                hung = isinstance(exc, TimeoutError)
-                how = MESSAGES["probe_hung"] if hung else MESSAGES["probe_died"].format(how=exc)
-                status = Status.TIMEOUT if hung else Status.ERROR
-                events.append(
-                    Event("probe", MESSAGES["probe"].format(how=how, **where), cell=number)
-                )
+            stop, happened = _run_cell(kernel, source, where, deadline, probe, budget)
+            events += happened
+            if stop is not None:
+                status = stop
                 break
     finally:
         kernel.stop()
     return status, events, time.monotonic() - started
+
+
+def _run_cell(
+    kernel: Kernel, source: str, where: dict, deadline: float, probe: str, budget: TimeBudget
+) -> tuple[Status | None, list[Event]]:
+    """One cell, then the answers taken out: (the status the notebook stops with, or None
+    to go on; what happened)."""
+    number = where["cell"]
+    try:
+        error = kernel.execute(source, deadline)
+    except TimeoutError as exc:
+        error = kernel.interrupt(exc.args[0])
+        text = MESSAGES["timeout"].format(limit=budget.notebook, **where)
+        if error is not None:  # the kernel came back: what it defined still counts
+            with contextlib.suppress(TimeoutError, KernelDied, OutputTooBig, Tampered):
+                kernel.execute(probe, time.monotonic() + budget.probe, silent=True)
+        return Status.TIMEOUT, [Event("timeout", text, error_text(error) if error else "", number)]
+    except KernelDied as exc:
+        text = MESSAGES["died"].format(how=exc, **where)
+        return Status.ERROR, [Event("died", text, kernel.log_tail(), number)]
+    except (OutputTooBig, Tampered) as exc:
+        return Status.ERROR, [_broken_channel(exc, where, number)]
+    events = []
+    if error is not None:
+        text = MESSAGES["cell_error"].format(
+            ename=error.get("ename"), evalue=error.get("evalue"), **where
+        )
+        events.append(Event("cell_error", text, error_text(error), number, name=error["ename"]))
+    try:
+        kernel.execute(probe, max(deadline, time.monotonic() + budget.probe), silent=True)
+    except (OutputTooBig, Tampered) as exc:
+        return Status.ERROR, [*events, _broken_channel(exc, where, number)]
+    except (TimeoutError, KernelDied) as exc:
+        # Taking the answers out ran the notebook's objects' pickling code: it hung or ended
+        # the kernel. What earlier cells defined still counts.
+        hung = isinstance(exc, TimeoutError)
+        how = MESSAGES["probe_hung"] if hung else MESSAGES["probe_died"].format(how=exc)
+        event = Event("probe", MESSAGES["probe"].format(how=how, **where), cell=number)
+        return (Status.TIMEOUT if hung else Status.ERROR), [*events, event]
+    return None, events
+
+
+def _broken_channel(exc: Exception, where: dict, cell: int) -> Event:
+    """The event of a kernel the grader stopped talking to: a message too big, a socket
+    replaced."""
+    if isinstance(exc, OutputTooBig):
+        text = MESSAGES["too_big"].format(limit=format_size(MAX_MESSAGE), **where)
+        return Event("too_big", text, cell=cell)
+    return Event("tampered", MESSAGES["tampered"].format(socket=exc, **where), cell=cell)
 
 
 def _stop_with_the_grader() -> None:
@@ -170,29 +206,20 @@ def _run_and_score(
     become_subreaper()
     _stop_with_the_grader()
     exercises = exercises_of(lesson)
-    workdir = tempfile.mkdtemp(prefix="ddp-grade-")
-    for sub in ("cwd", "tmp", "score", "home"):
-        os.mkdir(os.path.join(workdir, sub))
+    folders = WorkFolders.make()
     # The grader named the cgroups, so that it can remove them should this process be killed.
-    cage = Cage(confinement or Confinement(), workdir, os.environ.get(CGROUP_NAME_ENV))
+    cage = Cage(confinement or Confinement(), folders, os.environ.get(CGROUP_NAME_ENV))
     # The checks speak the notebook's language: in its kernel (its language cell says so
     # too) and in the scorer, whose messages go into the feedback.
     env = {**cage.env(), i18n.ENV: i18n.current()}  # run_and_score chose it
     try:
         cells = code_sources(path)
         status, events, run_seconds = run_notebook(
-            cells, [ex.name for ex in exercises], workdir, budget, cage, env
+            cells, [ex.name for ex in exercises], folders, budget, cage, env
         )
         kill_descendants()  # the kernel's launcher and ranks, before the learner's code runs again
         started = time.monotonic()
-        scores, check_events = score(
-            os.path.join(workdir, "answers.pkl"),
-            lesson,
-            workdir,
-            env,
-            budget.check,
-            cage,
-        )
+        scores, check_events = score(folders, lesson, env, budget.check, cage)
         kinds = {e.kind for e in check_events}
         if status is Status.OK and kinds:  # a check that hung or died is the submission's too
             status = Status.ERROR if "check_died" in kinds else Status.TIMEOUT
@@ -208,7 +235,7 @@ def _run_and_score(
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the clean-up itself is not cut short
         kill_descendants()
         cage.close()
-        shutil.rmtree(workdir, ignore_errors=True)
+        shutil.rmtree(folders.root, ignore_errors=True)
 
 
 def main(argv: list[str]) -> int:

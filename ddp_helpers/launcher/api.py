@@ -138,8 +138,10 @@ def _new_run(work: Call | Cell, options: Options, daemon: bool = False) -> Run:
     return run
 
 
-def _outcome(run: Run) -> Results:
-    """The ranks' values, or the error that says which rank failed and why."""
+def _outcome(run: Run, plain: bool = False) -> Results:
+    """The ranks' values, or the error that says which rank failed and why. `plain`: the
+    ranks are not trusted (launch_plain): their values are taken as plain data only, and
+    their exceptions as text only."""
     __tracebackhide__ = True
     if run.interrupted:
         where = interrupt_report(run.records, render_stack)
@@ -147,14 +149,29 @@ def _outcome(run: Run) -> Results:
             print(where, file=sys.stderr, flush=True)
         raise KeyboardInterrupt
     peer_text = torch_compat.usable(run.zygote.compat, "peer_text")
-    error = run_error(run.end(), relabel_cells, render_stack, peer_text)
+    error = run_error(run.end(), relabel_cells, render_stack, peer_text, originals=not plain)
     if error is not None:
         if error.kind == "launcher":  # a fresh helper process for the next launch
             client.shutdown()
         raise error
     for line in exit_quirks(run.records):
         sys.stderr.write(line + "\n")
+    if plain:
+        return Results(_plain_value(r.rank, r.result) for r in run.records)
     return Results(pickle.loads(r.result) for r in run.records)
+
+
+def _plain_value(rank: int, data: bytes):
+    """A rank's value as plain data, or the DistributedError that names what it held."""
+    from .plain import PlainOnly, load_plain, not_plain_text
+
+    try:
+        return load_plain(data)
+    except PlainOnly as exc:
+        what = exc.what
+    except Exception as exc:  # noqa: BLE001 - bytes no pickle of ours makes
+        what = f"unreadable data ({type(exc).__name__})"
+    raise DistributedError(not_plain_text(rank, what), kind="result", rank=rank)
 
 
 def _settle_background() -> None:
@@ -192,7 +209,7 @@ def _launching():
         _launch_lock.release()
 
 
-def _run(work: Call | Cell, options: Options, daemon: bool = False) -> Results:
+def _run(work: Call | Cell, options: Options, daemon: bool = False, plain: bool = False) -> Results:
     __tracebackhide__ = True
     with _launching():
         run = _new_run(work, options, daemon)
@@ -200,7 +217,7 @@ def _run(work: Call | Cell, options: Options, daemon: bool = False) -> Results:
             run.poll()
         finally:
             run.kill()  # only does something after an error inside the loop itself
-        return _outcome(run)
+        return _outcome(run, plain)
 
 
 def _pickle_call(fn, args, kwargs) -> bytes:
@@ -243,6 +260,16 @@ def launch(
     __tracebackhide__ = True
     options = Options.checked(nprocs, nnodes, backend, timeout, ordered)
     return _run(Call(_pickle_call(fn, args, kwargs)), options)
+
+
+def launch_plain(fn, *args, nprocs: int = 2, nnodes: int = 1, timeout: float | None = None):
+    """launch() for a caller that does not trust what runs on the ranks (the checks, which
+    run a learner's answer there), on gloo, output in rank order: each rank's value comes
+    back as plain data only (numbers, strings, bytes, lists, tuples, dicts, sets, tensors;
+    plain.py), its exception as text, and nothing a rank sends runs code in this process."""
+    __tracebackhide__ = True
+    options = Options.checked(nprocs, nnodes, "gloo", timeout, True)
+    return _run(Call(_pickle_call(fn, args, {})), options, plain=True)
 
 
 def run_cell(

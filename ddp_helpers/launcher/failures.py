@@ -436,12 +436,13 @@ class RunEnd:
     protocol_error: str | None = None  # a message that could not be read
 
 
-def run_error(end: RunEnd, relabel, render_stack, peer_text: bool = True):
+def run_error(end: RunEnd, relabel, render_stack, peer_text: bool = True, originals: bool = True):
     """The DistributedError a run that ended so raises; None when every rank returned.
 
     `relabel` and `render_stack` as for failure_of; `peer_text`: torch's error text is known
-    (touchpoint "peer_text"). An error of kind "launcher" means the zygote is not to be
-    trusted any more.
+    (touchpoint "peer_text"); `originals`: the rank's exception object is loaded (never for
+    ranks that are not trusted: loading a pickle runs what it names). An error of kind
+    "launcher" means the zygote is not to be trusted any more.
     """
     if end.start_failure is not None:
         f = end.start_failure
@@ -465,7 +466,7 @@ def run_error(end: RunEnd, relabel, render_stack, peer_text: bool = True):
         rank=first.rank,
         report=report,
         returned_ranks=returned,
-        original=_exception_of(end.records[first.rank].error),
+        original=_exception_of(end.records[first.rank].error) if originals else None,
     )
 
 

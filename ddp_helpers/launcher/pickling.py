@@ -11,6 +11,16 @@ import types
 import cloudpickle
 
 
+def names_used(code: types.CodeType) -> set[str]:
+    """The global and attribute names a code object and those nested in it use (what a
+    %%ddp cell ships; where the checks look for the course's reference in an answer)."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= names_used(const)
+    return names
+
+
 def _load_code(data: bytes) -> types.CodeType:
     return marshal.loads(data)
 

@@ -1,6 +1,8 @@
 """Length-prefixed pickle messages between the kernel, the zygote and the ranks.
 
-What they say is typed in protocol.py; this module only frames and carries them.
+What they say is typed in protocol.py; this module only frames and carries them. A message
+is read by plain.load_message: it can hold protocol.py's classes and plain values, never
+make the reader run code of the sender's choosing (a rank runs a learner's code).
 """
 
 from __future__ import annotations
@@ -10,8 +12,28 @@ import pickle
 import socket
 import struct
 
+from .plain import load_message
+from .protocol import ProtocolError
+
 _HEADER = struct.Struct("!Q")
 MAX_FDS = 250  # below the kernel's SCM_RIGHTS limit of 253 per message
+MAX_MESSAGE = 1 << 30  # bytes: a size past it is no message of ours (a rank's value is one)
+
+
+def _size(header) -> int:
+    (size,) = _HEADER.unpack_from(header)
+    if size > MAX_MESSAGE:
+        raise ProtocolError(f"a message of {size} bytes, over the {MAX_MESSAGE} it may have")
+    return size
+
+
+def _load(body: bytes):
+    """The message in body; a ProtocolError if it is none (not a pickle, or naming a class
+    that is not the launcher's)."""
+    try:
+        return load_message(body)
+    except Exception as exc:  # noqa: BLE001 - whatever the bytes make pickle raise
+        raise ProtocolError(f"an unreadable message ({type(exc).__name__}: {exc})"[:500]) from None
 
 
 def pack(obj) -> bytes:
@@ -36,11 +58,10 @@ class MessageReader:
         self._buf += chunk
         out = []
         while len(self._buf) >= _HEADER.size:
-            (size,) = _HEADER.unpack_from(self._buf)
-            end = _HEADER.size + size
+            end = _HEADER.size + _size(self._buf)
             if len(self._buf) < end:
                 break
-            out.append(pickle.loads(bytes(self._buf[_HEADER.size : end])))
+            out.append(_load(bytes(self._buf[_HEADER.size : end])))
             del self._buf[:end]
         return out
 
@@ -92,7 +113,6 @@ def _recv_one(sock: socket.socket):
         raise EOFError("the other end closed the connection")
     buf = bytearray(head)
     _recv_exact(sock, _HEADER.size, buf)
-    (size,) = _HEADER.unpack_from(buf)
     body = bytearray()
-    _recv_exact(sock, size, body)
-    return pickle.loads(bytes(body)), fds
+    _recv_exact(sock, _size(buf), body)
+    return _load(bytes(body)), fds

@@ -257,7 +257,7 @@ def test_feedback_of_a_dead_kernel_gives_the_exit_code(batch):
 
 def test_tampering_in_the_kernel_gains_nothing(batch):
     text = _feedback(batch, f"tampering/{NAMES['01']}")
-    assert text.count("is the course's reference answer") == len(lesson01.EXERCISES)
+    assert text.count("runs the course's own reference answer") == len(lesson01.EXERCISES)
     assert "faked" not in text
 
 

@@ -1,30 +1,42 @@
-"""The scorer (grading/scorer.py): the checks it uses, and the scorer run alone."""
+"""The scorer (grading/scorer.py): the checks it uses, the scorer run alone, and what the
+worker takes from it."""
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import pickle
+import subprocess
+import sys
 import time
+import types
 
-import cloudpickle
+import pytest
 
 from ddp_helpers.exercises import lesson01, lesson02
-from ddp_helpers.grading import (
-    scorer,
-)
+from ddp_helpers.grading import scorer
+from ddp_helpers.grading.folders import WorkFolders
+from ddp_helpers.launcher.pickling import dumps
 from ddp_helpers.procs import with_this_package
+
+
+def right_shard(n, rank, world_size):  # a learner's own, right answer
+    total = -(-n // world_size) * world_size
+    return [i % n for i in range(total)][rank::world_size]
+
 
 # ---------------------------------------------------------------- the checks it uses
 
 
 def test_hidden_cases_catch_what_the_visible_check_misses():
     def shard(n, rank, world_size):  # right for the world sizes the check shows, only
-        return lesson01.shard(n, rank, world_size) if world_size <= 5 else [rank]
+        return right_shard(n, rank, world_size) if world_size <= 5 else [rank]
 
     assert lesson01.q2.evaluate(shard).passed
     result = lesson01.q2.grade(shard)
     assert result.status == "wrong" and "grader's extra cases" in result.message
-    assert lesson01.q2.grade(lesson01.shard).passed
+    assert lesson01.q2.grade(right_shard).passed
 
 
 def test_an_answer_equal_to_everything_is_not_right():
@@ -38,28 +50,97 @@ def test_an_answer_equal_to_everything_is_not_right():
     assert lesson02.q1.grade(lambda: Anything()).status == "wrong"
 
 
-def test_the_reference_wrapped_in_a_partial_is_still_the_reference():
-    import functools
+class _Everything(str):  # a str that says it equals any other
+    def __eq__(self, other):
+        return True
 
-    assert scorer.from_course(functools.partial(lesson01.shard)) == "ddp_helpers.exercises.lesson01"
-    assert scorer.from_course(functools.wraps(lesson01.shard)(lambda *a: 0)) is not None
-    assert scorer.from_course(lambda n, rank, world_size: [rank]) is None
+    __hash__ = str.__hash__
+
+
+def gpu_everything():
+    return _Everything("cuda:0")
+
+
+def test_a_str_equal_to_everything_is_judged_by_its_value():
+    result = lesson01.q1.grade(gpu_everything)  # "cuda:0" on every rank of a machine
+    assert (result.status, result.mistake) == ("wrong", "gpu_node")
+
+
+def gpu_that_moves_itself():
+    import os
+
+    import torch
+
+    os.environ["LOCAL_RANK"] = os.environ["RANK"]  # then reads it back, as the check did
+    return torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+
+
+def test_an_answer_that_sets_local_rank_does_not_move_where_the_check_looks():
+    result = lesson01.q1.grade(gpu_that_moves_itself)
+    assert (result.status, result.mistake) == ("wrong", "gpu_global")
+
+
+def calls_the_reference(n, rank, world_size):
+    return lesson01.shard(n, rank, world_size)
+
+
+def _rehomed():
+    fn = types.FunctionType(lesson01.shard.__code__, {"math": __import__("math")}, "shard")
+    fn.__module__ = "__main__"  # as in a notebook
+    return fn
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        lesson01.shard,  # the reference itself
+        functools.partial(lesson01.shard),
+        calls_the_reference,  # a function of the notebook's that calls it
+        _rehomed(),  # its code in a function of the notebook's
+    ],
+    ids=["itself", "partial", "calls it", "re-homed"],
+)
+def test_the_course_reference_however_it_got_there_is_from_course(answer):
+    result = lesson01.q2.grade(answer)
+    assert (result.status, result.mistake) == ("wrong", "from_course"), result.message
+    assert lesson01.q2.evaluate(answer).passed  # the learner's own check says it works
+
+
+def test_the_pickle_of_a_reference_names_it_without_being_loaded():
+    references = scorer._references()
+    assert scorer.course_global(dumps(functools.partial(lesson01.shard)), references)
+    assert scorer.course_global(dumps(lesson01.shard), references)
+    assert not scorer.course_global(dumps(right_shard), references)
+    assert not scorer.course_global(b"not a pickle", references)
+
+
+class _Loud:
+    def __reduce__(self):  # what unpickling it would run, in whichever process loads it
+        return (print, ('{"event": "done", "id": "1.2", "status": "correct"}',))
+
+
+def test_an_answer_is_never_loaded_in_the_scorer(capfd):
+    answer = scorer.Answer(pickle.dumps(_Loud()))
+    with pytest.raises(TypeError, match="runs no answer in its own process"):
+        answer()
+    assert '"status": "correct"' not in capfd.readouterr().out
 
 
 # ---------------------------------------------------------------- the scorer alone
 
 
-def _answers(tmp_path, **answers) -> str:
-    path = tmp_path / "answers.pkl"
-    path.write_bytes(pickle.dumps({k: ("ok", cloudpickle.dumps(v)) for k, v in answers.items()}))
-    for sub in ("tmp", "score"):
+def _answers(tmp_path, **answers) -> WorkFolders:
+    folders = WorkFolders(str(tmp_path))
+    for sub in ("box", "box/tmp", "box/score"):
         (tmp_path / sub).mkdir(exist_ok=True)
-    return str(path)
+    found = {k: ("ok", dumps(v)) for k, v in answers.items()}
+    (tmp_path / "box" / "answers.pkl").write_bytes(pickle.dumps(found))
+    return folders
 
 
-def _score(tmp_path, path, limit):
-    env = with_this_package(dict(os.environ, TMPDIR=str(tmp_path / "tmp")))
-    scores, events = scorer.score(path, "01", str(tmp_path), env, limit)
+def _score(folders, limit):
+    env = with_this_package(dict(os.environ, TMPDIR=folders.tmp))
+    scores, events = scorer.score(folders, "01", env, limit)
     return {s.id: s for s in scores}, events
 
 
@@ -68,41 +149,117 @@ def test_an_answer_that_hangs_the_check_is_stopped_and_the_rest_still_scored(tmp
         while True:
             pass
 
-    path = _answers(tmp_path, shard=shard, predict_all_reduce=lambda: [6, 6, 6])
-    scores, events = _score(tmp_path, path, limit=1.5)
-    assert (
-        scores["1.2"].status == "error" and "did not finish within 1.5 s" in scores["1.2"].message
-    )
+    folders = _answers(tmp_path, shard=shard, predict_all_reduce=lambda: [6, 6, 6])
+    # Long enough for a fresh scorer to start the launcher and check 1.3 (2-3 s here).
+    scores, events = _score(folders, limit=8)
+    assert scores["1.2"].status == "error" and "did not finish within 8 s" in scores["1.2"].message
     assert scores["1.2"].mistake == "check_timeout" and scores["1.4"].mistake == "missing"
     assert scores["1.3"].status == "correct"
     assert scores["1.4"].status == "missing"
     assert [e.kind for e in events] == ["check_timeout"]
 
 
-def test_an_answer_that_kills_the_scorer_costs_only_itself(tmp_path):
+def test_an_answer_that_ends_its_process_costs_only_itself(tmp_path):
     def predict_all_reduce():
-        os._exit(9)
+        os._exit(9)  # on the rank the check runs it on: the scorer goes on
 
-    path = _answers(
+    folders = _answers(
         tmp_path, predict_all_reduce=predict_all_reduce, predict_all_gather=lambda: [[0, 1, 2]] * 3
     )
-    scores, events = _score(tmp_path, path, limit=30)
-    assert scores["1.3"].status == "error"
-    assert scores["1.3"].message == scorer.MESSAGES["check_died"].format(how="exit code 9")
-    assert scores["1.3"].mistake == "check_died" and scores["1.4"].mistake is None
+    scores, events = _score(folders, limit=30)
+    assert (scores["1.3"].status, scores["1.3"].mistake) == ("error", "error")
+    assert "exited with code 9" in scores["1.3"].message
     assert scores["1.4"].status == "correct" and scores["1.2"].status == "missing"
-    assert [e.kind for e in events] == ["check_died"]
+    assert events == []
 
 
 def test_an_answer_that_forks_cannot_hold_the_scorer(tmp_path):
     def predict_all_reduce():
-        if os.fork() == 0:  # a child that keeps the result pipe open
+        if os.fork() == 0:  # a child that keeps the rank's pipes open
             time.sleep(60)
             os._exit(0)
         return [6, 6, 6]
 
-    path = _answers(tmp_path, predict_all_reduce=predict_all_reduce)
+    folders = _answers(tmp_path, predict_all_reduce=predict_all_reduce)
     started = time.monotonic()
-    scores, events = _score(tmp_path, path, limit=20)
+    scores, events = _score(folders, limit=20)
     assert time.monotonic() - started < 15
     assert scores["1.3"].status == "correct" and not events
+
+
+def test_an_answers_file_the_notebook_replaced_is_not_loaded(tmp_path, capfd):
+    folders = _answers(tmp_path)
+    (tmp_path / "box" / "answers.pkl").write_bytes(pickle.dumps(_Loud()))
+    scores, events = _score(folders, limit=30)
+    assert {s.mistake for s in scores.values()} == {"unloadable"}
+    assert "was not the one the grader writes" in scores["1.1"].message
+    os.unlink(tmp_path / "box" / "answers.pkl")
+    os.symlink("/dev/zero", tmp_path / "box" / "answers.pkl")  # endless: not read
+    scores, _ = _score(folders, limit=30)
+    assert {s.mistake for s in scores.values()} == {"unloadable"}
+
+
+# ---------------------------------------------------------------- what the worker takes
+
+
+def _lines(tmp_path, lines: list, code: int = 0):
+    """_read_scores over a process that writes these lines for lesson 01, then exits."""
+    from ddp_helpers.exercises import exercises_of
+
+    read_fd, write_fd = os.pipe()
+    text = "".join(line if isinstance(line, str) else json.dumps(line) + "\n" for line in lines)
+    (tmp_path / "lines").write_text(text)
+    script = (
+        f"import os, sys; data = open(sys.argv[1], 'rb').read()\n"
+        f"while data: data = data[os.write({write_fd}, data):]\n"
+        f"os._exit({code})"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, tmp_path / "lines"], pass_fds=(write_fd,)
+    )
+    os.close(write_fd)
+    results: dict = {}
+    asked = {ex.id: ex for ex in exercises_of("01")}
+    try:
+        outcome = scorer._read_scores(proc, read_fd, 30, results, asked)
+    finally:
+        os.close(read_fd)
+        proc.wait()
+    return outcome, results
+
+
+def _done(ex_id, **fields):
+    return {"event": "done", "id": ex_id, "status": "wrong", "message": "m", **fields}
+
+
+@pytest.mark.parametrize(
+    "lines, why",
+    [
+        ([_done("1.1", mistake="gpu_type")], "out of turn"),  # no start before it
+        ([{"event": "start", "id": "9.9"}], "no exercise it was asked"),
+        ([{"event": "start", "id": "1.1"}, _done("1.1", mistake="made_up")], "does not have"),
+        ([{"event": "start", "id": "1.1"}, _done("1.1", status="great")], "status"),
+        (
+            [{"event": "start", "id": "1.1"}, _done("1.1", status="correct", mistake=None)]
+            + [{"event": "start", "id": "1.1"}],
+            "out of turn",
+        ),  # scored twice
+        (["not json\n"], "not JSON"),
+        (["x" * (scorer.LINE_LIMIT + 10)], "over"),
+    ],
+    ids=["done first", "not asked", "unknown mistake", "bad status", "twice", "json", "long"],
+)
+def test_a_scorer_line_the_grader_does_not_take_stops_that_scorer(tmp_path, lines, why):
+    (where, kind, text), _ = _lines(tmp_path, lines)
+    assert kind == "check_bad_line" and why in text, text
+
+
+def test_a_scorer_that_dies_mid_exercise_costs_that_exercise(tmp_path):
+    (where, kind, text), results = _lines(
+        tmp_path,
+        [{"event": "start", "id": "1.1"}, _done("1.1", mistake="gpu_type", message="y" * 20000)]
+        + [{"event": "start", "id": "1.2"}],
+        code=9,
+    )
+    assert (where, kind) == ("1.2", "check_died") and "exit code 9" in text
+    assert len(results["1.1"]["message"]) < scorer.MESSAGE + 40  # capped
