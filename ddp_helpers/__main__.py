@@ -29,6 +29,15 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _disk(text: str) -> int:
+    from .grading.sandbox import parse_disk
+
+    try:
+        return parse_disk(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _env_name(text: str) -> str:
     from .grading.sandbox import env_name
 
@@ -216,6 +225,12 @@ def _add_confinement(box) -> None:
     )
     box.add_argument("--memory", type=_size, metavar="SIZE", help="memory limit, e.g. 4G")
     box.add_argument(
+        "--disk",
+        type=_disk,
+        metavar="SIZE",
+        help="what a notebook may write into its folders, logs included (default 1G)",
+    )
+    box.add_argument(
         "--tasks",
         type=int,
         metavar="N",
@@ -256,6 +271,7 @@ def _grade(args, parser) -> int:
         threads=args.threads,
         pass_env=tuple(args.pass_env),
         limits=args.limits,
+        disk=args.disk,
     )
     try:
         run_batch(args.paths, options)

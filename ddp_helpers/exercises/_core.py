@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from .. import i18n
 from ..launcher import DistributedError
 from ..stubs import exercise_raised
+from .answer import Answer
 from .texts import MESSAGES, Listed, Phrase, Texts, and_list, sayer  # noqa: F401 - re-exported
 from .verdicts import CheckStatus, Hidden  # noqa: F401 - Hidden: the grader's, from here too
 
@@ -262,6 +263,7 @@ class Exercise:
         return [(ref.__module__, ref.__qualname__)]
 
     def _run(self, checker, answer) -> Result:
+        answer = answer if isinstance(answer, Answer) else Answer(answer)
         try:
             detail = checker(answer) or ""
         except Wrong as exc:

@@ -52,6 +52,7 @@ def run_batch(paths, options: GradeOptions, *, notes=None) -> list[Row]:
                 options.threads,
                 options.pass_env,
                 options.limits,
+                options.disk,
             )
         except ValueError as exc:  # a limit given wrong: what the sandbox cannot be asked
             raise SandboxError(str(exc)) from None

@@ -54,6 +54,7 @@ INSTRUCTOR_TEXT = {
         "{count} submission{s} ran past the limit while others were being graded; "
         "grading {them} again, one at a time, so that a busy machine cannot cost points"
     ),
+    "output_failed": "warning: {name} could not be written everywhere: {error}",
     "interrupted": (
         "Interrupted: {done} of {total} graded; {out} holds those rows. Everything the "
         "unfinished submissions started was stopped."
@@ -82,6 +83,7 @@ class GradeOptions:
     threads: int = 1  # CPU threads per process
     pass_env: tuple[str, ...] = ()  # variables a submission keeps
     limits: str | None = None  # how its limits are held (sandbox.LIMITS); None: what works here
+    disk: int | None = None  # bytes a submission may write; None: defaults.DEFAULT_DISK
 
 
 class Batch:
@@ -228,10 +230,18 @@ class _Run:
         self.started = time.monotonic()
 
     def finished(self, row: Row) -> None:
-        """A final row: written by every output, shown by the progress."""
-        self.rows.append(row)
+        """A final row: written by every output, shown by the progress, kept as Row.kept.
+        An OSError from the CSV (disk full) ends the batch; a row that breaks an output
+        otherwise is named in a warning, and the batch goes on."""
         for output in self.outputs:
-            output.row_done(row)  # an OSError from the CSV (disk full) ends the batch
+            try:
+                output.row_done(row)
+            except OSError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - one row, never the batch
+                name = row.submission.name
+                self.progress.say(INSTRUCTOR_TEXT["output_failed"].format(name=name, error=exc))
+        self.rows.append(row.kept())
         self.progress.finished(row)
 
     def grade_all(self) -> None:

@@ -23,6 +23,7 @@ from ..exercises.verdicts import CheckStatus
 from ..files import replaced_whole
 from ..i18n import messages
 from . import scorer
+from .escape import printable
 from .results import STATUSES, ExerciseScore, Row, Status
 
 OUTCOMES = tuple(CheckStatus)
@@ -49,35 +50,59 @@ def _texts(lesson: str) -> dict[str, Texts]:
 
 
 def title_of(lesson: str, score: ExerciseScore) -> str:
-    """The title of an exercise's mistake: its check's, the core's, or the grader's."""
+    """The title of an exercise's mistake: its check's, the core's, or the grader's; the
+    key itself where none has it, or its fields do not fill it."""
     key = f"{score.mistake}.title"
     texts = _texts(lesson).get(score.id) or Texts()
-    if key in texts:
-        return texts.text(key, **score.fields)
-    return scorer.text(key, **score.fields)
+    try:
+        if key in texts:
+            return texts.text(key, **score.fields)
+        return scorer.text(key, **score.fields)
+    except (KeyError, IndexError, ValueError):
+        return str(score.mistake)
 
 
 # ---------------------------------------------------------------- counting
 
 
-def tally(rows: list[Row]) -> dict:
-    """lesson -> exercise column -> {outcomes: Counter, mistakes: Counter of (key, title),
-    examples: {(key, title): a message}}."""
-    out: dict[str, dict[str, dict]] = {}
-    for row in rows:
+class Tally:
+    """What the class got, counted row by row as rows are settled (the report keeps no
+    row's text beyond one example message per mistake): lesson -> exercise column ->
+    {outcomes: Counter, mistakes: Counter of (key, title), examples: {(key, title): a
+    message}}; and the submissions a row of which could not be counted, by name."""
+
+    def __init__(self):
+        self.lessons: dict[str, dict[str, dict]] = {}
+        self.broken: list[str] = []
+
+    def add(self, row: Row) -> None:
         if row.status is Status.INVALID:
-            continue
-        lesson = row.submission.lesson
-        for ex in row.exercises:
-            entry = out.setdefault(lesson, {}).setdefault(
+            return
+        try:
+            counted = [(ex, self._title(row, ex)) for ex in row.exercises]
+        except Exception:  # noqa: BLE001 - a row this report cannot read is named in it
+            self.broken.append(row.submission.name)
+            return
+        for ex, mistake in counted:
+            entry = self.lessons.setdefault(row.submission.lesson, {}).setdefault(
                 ex.column, {"outcomes": Counter(), "mistakes": Counter(), "examples": {}}
             )
             entry["outcomes"][ex.status] += 1
-            if ex.mistake is not None:
-                mistake = (ex.mistake, title_of(lesson, ex))
+            if mistake is not None:
                 entry["mistakes"][mistake] += 1
                 entry["examples"].setdefault(mistake, ex.message)
-    return out
+
+    @staticmethod
+    def _title(row: Row, ex: ExerciseScore) -> tuple[str, str] | None:
+        return None if ex.mistake is None else (ex.mistake, title_of(row.submission.lesson, ex))
+
+
+def tally(rows: list[Row]) -> Tally:
+    """Every row counted."""
+    counted = Tally()
+    for row in rows:
+        counted.add(row)
+    return counted
 
 
 # ---------------------------------------------------------------- plots
@@ -138,6 +163,12 @@ def plot_times(rows: list[Row], timeout: float) -> str:
 
 # ---------------------------------------------------------------- the page
 
+
+def _escaped(text) -> str:
+    """Text for the page: HTML's specials escaped, control characters shown (printable)."""
+    return html.escape(printable(text))
+
+
 _STYLE = """
 body { font: 15px/1.45 system-ui, sans-serif; max-width: 60rem; margin: 2rem auto;
        padding: 0 1rem; color: #222; }
@@ -151,13 +182,14 @@ img { max-width: 100%; }
 """
 
 
-def render(rows: list[Row], timeout: float, wall: float) -> str:
-    """The report's HTML."""
-    e = html.escape
+def render(rows: list[Row], timeout: float, wall: float, counted: Tally | None = None) -> str:
+    """The report's HTML; `counted`: the rows' Tally, if it was kept as they came."""
+    e = _escaped
     counts = Counter(r.status.value for r in rows)
     ran = [r for r in rows if r.status is not Status.INVALID]
     lessons = sorted({r.submission.lesson for r in ran})
-    tallied = tally(rows)
+    counted = counted or tally(rows)
+    tallied = counted.lessons
     out = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -181,13 +213,17 @@ def render(rows: list[Row], timeout: float, wall: float) -> str:
             f'<img alt="Seconds each submission took to grade" src="{plot_times(rows, timeout)}">'
         )
     out += _submissions_table(rows)
+    if counted.broken:
+        out.append("<h2>Not counted</h2><p>This report could not count these rows:</p><ul>")
+        out += [f"<li>{e(name)}</li>" for name in counted.broken]
+        out.append("</ul>")
     out.append("</body></html>")
     return "\n".join(out)
 
 
 def _lesson_section(lesson: str, n: int, table: dict) -> list[str]:
     """A lesson's plot and table of outcomes per exercise, then each exercise's mistakes."""
-    e = html.escape
+    e = _escaped
     out = [f"<h2>Lesson {e(lesson)} ({n} submission{'' if n == 1 else 's'} that ran)</h2>"]
     out.append(
         f'<img alt="Share of each outcome per exercise, lesson {e(lesson)}" '
@@ -225,7 +261,7 @@ def _lesson_section(lesson: str, n: int, table: dict) -> list[str]:
 
 def _submissions_table(rows: list[Row]) -> list[str]:
     """Every submission with its student, status, points and time."""
-    e = html.escape
+    e = _escaped
     out = ["<h2>Submissions</h2><table><tr>"]
     out += [f"<th>{h}</th>" for h in ("student", "submission", "status", "points", "seconds")]
     out.append("</tr>")
@@ -243,10 +279,12 @@ def _submissions_table(rows: list[Row]) -> list[str]:
     return out
 
 
-def write_report(rows: list[Row], path, timeout: float, wall: float) -> Path:
+def write_report(
+    rows: list[Row], path, timeout: float, wall: float, counted: Tally | None = None
+) -> Path:
     """Write the report (made whole, then moved into place)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with replaced_whole(path, encoding="utf-8") as f:
-        f.write(render(rows, timeout, wall))
+        f.write(render(rows, timeout, wall, counted))
     return path

@@ -7,6 +7,10 @@ the instructor chooses (by default shown once grades are published); until then 
 exercise's own test says only that the extra cases decided it. Their code is never in any
 output. A notebook that did not run to its end (timeout, crash, a limit) gets a failed
 "Notebook" test that says what happened.
+
+Every output is declared plain text (`output_format`, `test_output_format`: Gradescope's
+default, said outright) and holds no control character (escape.printable): what a learner's
+code wrote shows as the text it is, never as HTML, Markdown or terminal colours.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from ..exercises.verdicts import CheckStatus, Hidden
 from ..files import replaced_whole
 from ..i18n import messages
 from .defaults import VISIBILITIES  # noqa: F401 - Gradescope's, as the tests read them
+from .escape import printable
 from .results import Row, Status
 
 MESSAGES = messages(
@@ -40,7 +45,11 @@ MESSAGES = messages(
 def results_json(row: Row, hidden_visibility: str = "after_published") -> dict:
     """The results.json of one graded row, in the submission's language."""
     with i18n.using(row.submission.language):
-        return _results_json(row, hidden_visibility)
+        results = _results_json(row, hidden_visibility)
+    for test in results["tests"]:
+        test["output"] = printable(test["output"])
+    results["output"] = printable(results["output"])
+    return {**results, "output_format": "text", "test_output_format": "text"}
 
 
 def _results_json(row: Row, hidden_visibility: str) -> dict:

@@ -21,6 +21,7 @@ INTERRUPT_GRACE = 5.0  # after the limit: time for the interrupt's traceback to 
 # What the grader takes of a kernel (whose every byte the notebook controls), at most:
 MAX_MESSAGE = 16 << 20  # bytes of one part of one message (a print, an error)
 RECONNECT_MS = 1000  # ZeroMQ's wait before it reconnects (the grader checks every 0.1 s)
+DYING = 1.0  # seconds a kernel that disconnected gets to be seen exiting (it died, then)
 LOG_TAIL = 64 << 10  # bytes of the end of a log
 LINE = 500  # characters of one line of a log or a traceback
 FRAMES = 100  # entries (frames, each some lines) of a traceback kept from an error message
@@ -36,8 +37,12 @@ def strip_ansi(text: str) -> str:
 
 def start_logged(argv: list[str], cwd: str, env: dict, log_path: str, pass_fds=()):
     """A process of the submission's, in a session of its own, its output to a log file
-    (the grader's, out of the box: see folders.py; opened as files.py opens one)."""
-    log = append_fd(log_path)
+    (the grader's, out of the box: see folders.py; opened as files.py opens one, and where
+    that is not a regular file any more, to nowhere: the log only ever helps to debug)."""
+    try:
+        log = append_fd(log_path)
+    except OSError:  # replaced by a link, a FIFO (without the sandbox it can be): no log
+        log = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
     try:
         return subprocess.Popen(
             argv,
@@ -137,13 +142,18 @@ class Kernel:
 
     def check_channels(self) -> None:
         """On every tick: OutputTooBig once a message was dropped for its size (ZeroMQ
-        disconnects its sender), Tampered if a socket the grader connects to was replaced
-        (a reconnect, RECONNECT_MS later at the earliest, would follow it)."""
+        disconnects its sender; KernelDied if the kernel exits within DYING instead),
+        Tampered if a socket the grader connects to was replaced (a reconnect, RECONNECT_MS
+        later at the earliest, would follow it)."""
         import zmq
 
         for monitor in self._monitors:
             with contextlib.suppress(zmq.Again):
                 monitor.recv_multipart(zmq.NOBLOCK)
+                # A kernel that ends disconnects too: that is no message too big.
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.proc.wait(DYING)
+                    raise KernelDied(self._how_it_died())
                 raise OutputTooBig(MAX_MESSAGE)
         for path, seen in self.sockets.items():
             try:

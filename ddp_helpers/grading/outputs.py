@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ..files import replaced_whole
-from .class_report import write_report
+from .class_report import Tally, write_report
 from .gradescope import results_paths, write_results
 from .reports import csv_cells, csv_header, write_feedback
 from .results import Row
@@ -74,7 +74,7 @@ class _FilePerSubmission(ABC):
         name = row.submission.name
         try:
             self.write(row, self.paths[name])
-        except OSError as exc:
+        except Exception as exc:  # noqa: BLE001 - one row's file, never the batch
             self.warn(INSTRUCTOR_TEXT["feedback_failed"].format(name=name, error=exc))
 
 
@@ -108,14 +108,16 @@ class GradescopeResults(_FilePerSubmission):
 
 
 class ClassReport:
-    """The class report, one HTML file, written once the batch ends."""
+    """The class report, one HTML file, written once the batch ends from what was counted
+    as each row was settled (the batch keeps no row's messages)."""
 
     def __init__(self, path, timeout: float):
         self.path, self.timeout = path, timeout
+        self.counted = Tally()
 
     def row_done(self, row: Row) -> None:
-        pass  # the report is of the whole class
+        self.counted.add(row)
 
     def batch_done(self, rows: list[Row], wall: float) -> str:
-        write_report(rows, self.path, self.timeout, wall)
+        write_report(rows, self.path, self.timeout, wall, self.counted)
         return INSTRUCTOR_TEXT["report"].format(path=self.path)

@@ -12,6 +12,7 @@ from ..exercises.texts import status_names
 from ..exercises.verdicts import CheckStatus
 from ..files import replaced_whole
 from ..i18n import messages
+from .escape import code_block, csv_cell, line, markdown, markdown_fill, printable
 from .results import STATUSES, Row, Status, Submission
 
 # What the instructor reads (the batch's progress lines and summary): English only.
@@ -98,7 +99,8 @@ def csv_cells(row: Row, columns: list[tuple[str, str]]) -> list:
         row.max_points if row.max_points is not None else "",
     ]
     names = [name for _, name in columns]
-    return fixed + [earned.get(n, "") for n in names] + [mistakes.get(n, "") for n in names]
+    cells = fixed + [earned.get(n, "") for n in names] + [mistakes.get(n, "") for n in names]
+    return [csv_cell(cell) for cell in cells]
 
 
 # ---------------------------------------------------------------- the summary and progress
@@ -153,8 +155,9 @@ class Progress:
         self.counts = dict.fromkeys(STATUSES, 0)
 
     def say(self, text: str) -> None:
+        """Lines for the instructor (what they name may be a learner's: made printable)."""
         self._clear()
-        print(text, file=self.stream, flush=True)
+        print(printable(text), file=self.stream, flush=True)
 
     def finished(self, row: Row) -> None:
         self.done_count += 1
@@ -169,7 +172,7 @@ class Progress:
                 status=row.status.value,
                 points=points,
                 seconds=row.seconds,
-                submission=row.submission.name,
+                submission=line(row.submission.name),
             ),
             file=self.stream,
             flush=True,
@@ -231,10 +234,12 @@ def feedback_markdown(row: Row, timeout: float) -> str:
 
 
 def _feedback_markdown(row: Row, timeout: float) -> str:
+    """The feedback as Markdown: the grader's sentences as they are, every text that holds
+    a learner's (a name, a message, an error) through escape.markdown or code_block."""
     text, sub = FEEDBACK, row.submission
-    out = [text["title"].format(name=sub.name), ""]
+    out = [markdown_fill(text["title"], name=sub.name), ""]
     if row.status is Status.INVALID:
-        out += [text["invalid"], "", sub.problem or "", ""]
+        out += [text["invalid"], "", markdown(sub.problem or ""), ""]
         return "\n".join(out)
     out += [
         text["score"].format(
@@ -261,24 +266,31 @@ def _feedback_markdown(row: Row, timeout: float) -> str:
     for ex in row.exercises:
         out += [f"## {ex.id} `{ex.name}`: {ex.points} / {ex.max}", ""]
         if ex.message:
-            out += [ex.message, ""]
+            out += [markdown(ex.message), ""]
         if ex.hint:
-            out += [text["hint"].format(hint=ex.hint), ""]
+            out += [markdown(text["hint"].format(hint=ex.hint)), ""]
+    out += _happened(row)
+    if row.run_seconds is not None and row.score_seconds is not None:
+        times = text["times"].format(run=row.run_seconds, checks=row.score_seconds)
+        out += ["---", times, ""]
+    return "\n".join(out)
+
+
+def _happened(row: Row) -> list[str]:
+    """What happened (a timeout, a crash, a limit), then the cells that raised (5 at most)."""
+    text, out = FEEDBACK, []
     happened = [e for e in row.events if e.kind != "cell_error"]
     errors = [e for e in row.events if e.kind == "cell_error"]
     if happened:
         out += [text["happened"], ""]
         for e in happened:
-            out += [e.text, ""]
+            out += [markdown(e.text), ""]
             if e.detail:
-                out += ["```", e.detail, "```", ""]
+                out += [code_block(e.detail), ""]
     if errors:
         out += [text["cell_errors"], ""]
         for e in errors[:5]:
-            out += [e.text, "", "```", e.detail, "```", ""]
+            out += [markdown(e.text), "", code_block(e.detail), ""]
         if len(errors) > 5:
             out += [text["more_errors"].format(count=len(errors) - 5), ""]
-    if row.run_seconds is not None and row.score_seconds is not None:
-        times = text["times"].format(run=row.run_seconds, checks=row.score_seconds)
-        out += ["---", times, ""]
-    return "\n".join(out)
+    return out

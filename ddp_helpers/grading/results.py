@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 
@@ -120,6 +120,13 @@ class Row:
     @property
     def max_points(self) -> int | None:
         return None if self.status is Status.INVALID else sum(e.max for e in self.exercises)
+
+    def kept(self) -> Row:
+        """The row as a batch keeps it once its outputs have it: points, statuses and
+        mistake keys, without messages, hints and events (so that the grader's memory does
+        not grow with what the submissions say)."""
+        scores = [replace(e, message="", hint=None) for e in self.exercises]
+        return replace(self, exercises=scores, events=[])
 
     @classmethod
     def invalid(cls, submission: Submission) -> Row:

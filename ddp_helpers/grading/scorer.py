@@ -22,6 +22,7 @@ import select
 import sys
 import time
 
+from ..exercises.answer import Answer
 from ..exercises.verdicts import CheckStatus, Hidden
 from ..files import read_capped
 from ..i18n import messages
@@ -70,24 +71,6 @@ FIELD = 500  # characters of a field of a mistake's title
 def text(key: str, /, **fields) -> str:
     """The grader's own message or mistake title under `key`, in the current language."""
     return MESSAGES[key].format(**fields)
-
-
-class Answer:
-    """A learner's answer as a scorer holds it: the bytes the kernel pickled, never loaded
-    in this process. Passed to a check's ranks it is loaded there (pickle.loads of those
-    bytes is how it pickles); called here, it refuses: a check runs an answer on a rank."""
-
-    def __init__(self, payload: bytes):
-        self.payload = payload
-
-    def __reduce__(self):
-        return (pickle.loads, (self.payload,))
-
-    def __call__(self, *args, **kwargs):
-        raise TypeError(
-            "the grader runs no answer in its own process: a check runs it on a rank "
-            "(exercises.run_answer)"
-        )
 
 
 class _NoGlobals(pickle.Unpickler):
@@ -174,7 +157,7 @@ def _score_one(ex, entry, unreadable: str | None, references) -> dict:
     if course_global(payload, references):
         result = ex.from_course()
     else:
-        result = ex.grade(Answer(payload))  # the learner's check, then the hidden cases
+        result = ex.grade(Answer(pickled=payload))  # the learner's check, then the hidden cases
     return {
         "status": result.status,
         "message": result.message,

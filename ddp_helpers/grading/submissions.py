@@ -4,13 +4,17 @@ why it cannot be graded."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections import Counter
 from pathlib import Path
 
 from .. import i18n
 from ..exercises import LESSONS, exercises_of
+from ..files import TooBig, read_capped
 from .results import Submission
+
+MAX_NOTEBOOK = 64 << 20  # bytes of a submission read: a lesson with its outputs is ~1 MB
 
 _IMPORT = re.compile(r"\bddp_helpers\.exercises(?:\s+import\s+|\.)lesson(\d\d)\b")
 _IMPORT_AS_EX = re.compile(r"\bddp_helpers\.exercises\s+import\s+lesson(\d\d)\s+as\s+ex\b")
@@ -26,6 +30,20 @@ INSTRUCTOR_TEXT = {
         "This file is not a Jupyter notebook ({error}). Submit the .ipynb file you worked "
         "in (JupyterLab: File > Download)."
     ),
+    "link": (
+        "This is a symbolic link (to {target}), not a file handed in: the grader follows no "
+        "link among the submissions, so that none can stand for another learner's work or "
+        "the course's. Collect the notebook file itself."
+    ),
+    "link_folder": (
+        "This folder is a symbolic link (to {target}), not a folder handed in: the grader "
+        "follows no link among the submissions. Collect the notebooks themselves."
+    ),
+    "too_big": (
+        "This file is {size} bytes, over the {limit} a notebook may be. Submit the .ipynb "
+        "you worked in with its outputs cleared (Edit > Clear Outputs of All Cells)."
+    ),
+    "unreadable": "The grader could not read this file: {error}.",
     "no_lesson": (
         "This notebook is not one of the course's lessons: no cell imports the checks "
         "(`from ddp_helpers.exercises import lessonNN as ex`). Submit the lesson notebook "
@@ -57,23 +75,30 @@ class GradingError(Exception):
     """Bad input to the grader as a whole (no such path, no notebooks)."""
 
 
+def _notebook_json(path) -> tuple[str, object]:
+    """The text of the notebook file at path and its JSON; ValueError saying why not one.
+    Read as files.py reads what a learner could have replaced: no link, a regular file, at
+    most MAX_NOTEBOOK bytes; JSON nested past Python's recursion limit is not one either."""
+    try:
+        text = read_capped(path, MAX_NOTEBOOK).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 text: {exc.reason}") from None
+    try:
+        return text, json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"broken JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+        ) from None
+    except RecursionError:
+        raise ValueError("JSON nested deeper than any notebook") from None
+
+
 def read_notebook(path):
     """The notebook at path, as nbformat v4; raises ValueError saying why it is not one."""
     from ..nbformat_quick import nbformat as _nbformat
 
     nbformat = _nbformat()
-
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"not UTF-8 text: {exc.reason}") from None
-    try:
-        json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(
-            f"broken JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
-        ) from None
+    text, _ = _notebook_json(path)
     try:
         nb = nbformat.reads(text, as_version=4)
         nbformat.validate(nb)
@@ -89,8 +114,7 @@ def code_sources(path) -> list[str]:
     Read as plain JSON where it is format 4: importing nbformat costs a worker about 1.7 s
     of CPU (jsonschema's format checkers), per submission.
     """
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)
+    _, data = _notebook_json(path)
     if data.get("nbformat") != 4:
         return [c.source for c in read_notebook(path).cells if c.cell_type == "code"]
     sources = []
@@ -105,17 +129,18 @@ def language_of(path) -> str:
     """The language a notebook says it is in (its metadata, as the Japanese edition's do);
     English when it says none, or one the course does not have, or cannot be read."""
     try:
-        with open(path, encoding="utf-8") as f:
-            metadata = json.load(f).get("metadata", {})
+        metadata = _notebook_json(path)[1].get("metadata", {})
+        return i18n.normalize(metadata.get("language")) or "en"
     except (OSError, ValueError, AttributeError):
         return "en"
-    return i18n.normalize(metadata.get("language")) or "en"
 
 
 def lesson_of(path) -> tuple[str | None, str | None]:
     """(lesson, None) for a lesson notebook, or (lesson or None, why it is invalid)."""
     try:
         nb = read_notebook(path)
+    except TooBig as exc:
+        return None, INSTRUCTOR_TEXT["too_big"].format(size=exc.size, limit=exc.limit)
     except (OSError, ValueError) as exc:
         return None, INSTRUCTOR_TEXT["not_notebook"].format(error=exc)
     found = sorted(
@@ -147,29 +172,82 @@ def find_submissions(
     paths, lesson: str | None = None, student_from: re.Pattern | None = None
 ) -> list[Submission]:
     """Every notebook in paths (folders searched), each with its lesson or why it is invalid,
-    and its student (see student_of)."""
-    files: dict[Path, tuple[str, str | None]] = {}
+    and its student (see student_of): a row for every file, whatever it holds.
+
+    Nothing in a folder is followed through a symbolic link: a notebook or a folder that is
+    one gets a row of its own that says so (a link to another learner's notebook would give
+    one learner's work two rows and the other none; to the solutions, full marks). A path
+    given is searched as given, a link among them too (it is the instructor's), but a
+    notebook given that is a link, or lies in a folder that is one, is refused as well.
+    """
+    found: dict[str, tuple[str, str | None, str | None]] = {}  # where -> (shown, folder, why)
     for given in paths:
-        path = Path(given)
-        if path.is_dir():
-            for nb in sorted(path.rglob("*.ipynb")):
-                if ".ipynb_checkpoints" not in nb.parts and nb.is_file():
-                    folder = nb.relative_to(path).parts[:-1]
-                    files.setdefault(nb.resolve(), (_shown(nb), folder[0] if folder else None))
-        elif path.is_file():
-            files.setdefault(path.resolve(), (_shown(path), None))
+        path = str(given)
+        if os.path.isdir(path):
+            for where, folder, problem in _walk(path):
+                found.setdefault(where, (_shown(where), folder, problem))
+        elif os.path.isfile(path) or os.path.islink(path):
+            where = os.path.abspath(path)
+            found.setdefault(where, (_shown(where), None, _linked(path)))
         else:
             raise GradingError(INSTRUCTOR_TEXT["no_path"].format(path=given))
-    if not files:
+    if not found:
         raise GradingError(INSTRUCTOR_TEXT["no_notebooks"].format(paths=", ".join(map(str, paths))))
     subs = []
-    for resolved, (shown, folder) in sorted(files.items(), key=lambda item: item[1]):
-        found, problem = lesson_of(resolved)
-        if problem is None and lesson is not None and found != lesson:
-            problem = INSTRUCTOR_TEXT["wrong_lesson"].format(found=found, wanted=lesson)
+    for where, (shown, folder, problem) in sorted(found.items(), key=lambda item: item[1]):
         student = student_of(shown, student_from) if student_from is not None else folder
-        subs.append(Submission(resolved, shown, found, problem, student, language_of(resolved)))
+        subs.append(_submission(Path(where), shown, problem, lesson, student))
     return _students_from_folders(subs)
+
+
+def _submission(path: Path, shown: str, problem, wanted, student) -> Submission:
+    """One file's row-to-be: its lesson and language, or why it cannot be graded; whatever
+    the file holds, never an exception (one file never stops the batch)."""
+    if problem is not None:
+        return Submission(path, shown, None, problem, student)
+    try:
+        found, problem = lesson_of(path)
+        language = language_of(path)
+    except Exception as exc:  # noqa: BLE001 - what a file holds is its own row's problem
+        error = f"{type(exc).__name__}: {exc}"[:300]
+        return Submission(
+            path, shown, None, INSTRUCTOR_TEXT["unreadable"].format(error=error), student
+        )
+    if problem is None and wanted is not None and found != wanted:
+        problem = INSTRUCTOR_TEXT["wrong_lesson"].format(found=found, wanted=wanted)
+    return Submission(path, shown, found, problem, student, language)
+
+
+def _walk(top: str):
+    """(absolute path, the first folder under top or None, why refused or None) of each
+    notebook under top, and of each link that stands where a notebook or a folder would;
+    no link followed, checkpoints skipped."""
+    top = os.path.abspath(top)
+    for folder, dirs, files in os.walk(top, followlinks=False):
+        dirs[:] = sorted(d for d in dirs if d != ".ipynb_checkpoints")
+        first = os.path.relpath(folder, top).split(os.sep)[0]
+        first = None if first == "." else first
+        for name in list(dirs):
+            where = os.path.join(folder, name)
+            if os.path.islink(where):  # os.walk lists it, and does not go in
+                dirs.remove(name)
+                target = os.readlink(where)
+                problem = INSTRUCTOR_TEXT["link_folder"].format(target=target)
+                yield where, first or name, problem
+        for name in sorted(files):
+            where = os.path.join(folder, name)
+            if name.endswith(".ipynb"):
+                yield where, first, _linked(where)
+
+
+def _linked(path: str) -> str | None:
+    """Why a notebook is refused for being a symbolic link, or lying in a folder that is
+    one (as a glob over the learners' folders finds it); None if it is neither."""
+    for where in (path, os.path.dirname(path)):
+        if where and os.path.islink(where):
+            key = "link" if where == path else "link_folder"
+            return INSTRUCTOR_TEXT[key].format(target=os.readlink(where))
+    return None
 
 
 def _students_from_folders(subs: list[Submission]) -> list[Submission]:
@@ -212,11 +290,11 @@ def student_pattern(text: str) -> re.Pattern:
         raise ValueError(INSTRUCTOR_TEXT["bad_pattern"].format(pattern=text, error=exc)) from None
 
 
-def _shown(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
+def _shown(path: str) -> str:
+    """A submission's name: its path relative to the working folder when it is below it,
+    else absolute; never resolved through a link (a link stands for itself)."""
+    relative = os.path.relpath(path, os.getcwd())
+    return path if relative == ".." or relative.startswith(".." + os.sep) else relative
 
 
 def columns_for(subs: list[Submission]) -> list[tuple[str, str]]:

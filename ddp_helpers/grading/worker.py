@@ -47,6 +47,7 @@ MESSAGES = messages(
             "After code cell {cell} (`{first_line}`) the grader could not take the answers out "
             "of the kernel: {how}. Cells after it were not run; answers from earlier cells count."
         ),
+        "unreadable": "The notebook could not be read when its turn came: {error}.",
         "probe_hung": "it did not finish",
         "probe_died": "the kernel died ({how})",
         "too_big": (
@@ -112,7 +113,7 @@ def run_notebook(
     try:
         try:
             kernel.wait_ready(budget.kernel_start)
-        except (KernelDied, TimeoutError) as exc:
+        except (KernelDied, TimeoutError, OutputTooBig, Tampered) as exc:
             text = MESSAGES["kernel_start"].format(why=exc, log=kernel.log_tail())
             return Status.ERROR, [Event("kernel", text)], time.monotonic() - started
         deadline = time.monotonic() + budget.notebook
@@ -213,10 +214,15 @@ def _run_and_score(
     # too) and in the scorer, whose messages go into the feedback.
     env = {**cage.env(), i18n.ENV: i18n.current()}  # run_and_score chose it
     try:
-        cells = code_sources(path)
-        status, events, run_seconds = run_notebook(
-            cells, [ex.name for ex in exercises], folders, budget, cage, env
-        )
+        try:
+            cells = code_sources(path)
+        except (OSError, ValueError) as exc:  # replaced since the batch found it
+            unreadable = Event("unreadable", MESSAGES["unreadable"].format(error=exc))
+            status, events, run_seconds = Status.ERROR, [unreadable], 0.0
+        else:
+            status, events, run_seconds = run_notebook(
+                cells, [ex.name for ex in exercises], folders, budget, cage, env
+            )
         kill_descendants()  # the kernel's launcher and ranks, before the learner's code runs again
         started = time.monotonic()
         scores, check_events = score(folders, lesson, env, budget.check, cage)

@@ -15,32 +15,27 @@ from __future__ import annotations
 import contextlib
 import csv
 import glob
-import hashlib
 import json
 import os
 import re
-import shutil
 import stat
-import subprocess
 import sys
 import tempfile
 import uuid
 from pathlib import Path
 
 import nbformat
-import psutil
 import pytest
 from fixtures.submissions import (
-    FLOOD_SECONDS,
     NAMES,
     make_hostile_submissions,
     make_leaking_submission,
 )
+from grading_common import grade_in, left_running, outputs_of
 
 from conftest import ROOT
 from ddp_helpers.exercises import exercises_of
 from ddp_helpers.grading import sandbox
-from ddp_helpers.procs import with_this_package
 
 PACKAGE = ROOT / "ddp_helpers"
 FULL = sum(ex.points for ex in exercises_of("01"))
@@ -53,33 +48,6 @@ OUTPUTS += ["--report", "report.html"]
 WITHOUT = "note: Grading without the sandbox"
 
 
-def _tmpdir(cwd: Path) -> Path:
-    """The TMPDIR of a run in cwd: short, so that a sandboxed batch keeps its folder there
-    (batch._short_tmp moves it to /tmp when TMPDIR is long), and its run's own, so that what
-    is left of this run is told apart from other tests' batches running at the same time."""
-    return Path("/tmp") / f"dgs-{hashlib.sha1(str(cwd).encode()).hexdigest()[:10]}"
-
-
-def _grade(args, cwd: Path, **env) -> subprocess.CompletedProcess:
-    """`grade` run in cwd; `.tmp_left` lists what it left in its TMPDIR (then removed)."""
-    tmpdir = _tmpdir(cwd)
-    tmpdir.mkdir(exist_ok=True)
-    environ = with_this_package(dict(os.environ, TMPDIR=str(tmpdir), **env))
-    try:
-        run = subprocess.run(
-            [sys.executable, "-m", "ddp_helpers", "grade", *args],
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            env=environ,
-        )
-        run.tmp_left = sorted(p.name for p in tmpdir.iterdir())
-    finally:
-        shutil.rmtree(tmpdir, ignore_errors=True)
-    return run
-
-
 def _rows(path: Path) -> dict[str, dict]:
     with open(path, newline="") as f:
         return {r["submission"].split("/")[1]: r for r in csv.DictReader(f)}
@@ -87,13 +55,6 @@ def _rows(path: Path) -> dict[str, dict]:
 
 def _feedback(folder: Path, name: str) -> str:
     return (folder / f"subs__{name}__{NAMES['01'].removesuffix('.ipynb')}.md").read_text()
-
-
-def _outputs(tmp: Path) -> dict[str, str]:
-    """Every file a run wrote for the instructor and the learners, by name: its text."""
-    files = [tmp / "grades.csv", tmp / "report.html", *(tmp / "feedback").iterdir()]
-    files += (tmp / "gs").rglob("results.json")
-    return {str(path.relative_to(tmp)): path.read_text() for path in files}
 
 
 def _leak_outputs(tmp: Path) -> dict[str, str]:
@@ -106,23 +67,6 @@ def _leak_outputs(tmp: Path) -> dict[str, str]:
             results if results.exists() else tmp / "gs" / stem / results.name
         ).read_text(),
     }
-
-
-def _left(tmp: Path) -> list[str]:
-    """Processes of the run still alive: anything working under tmp, and the flood's sleepers."""
-    found = []
-    for p in psutil.process_iter():
-        try:
-            if p.status() == psutil.STATUS_ZOMBIE or p.pid == os.getpid():
-                continue
-            cwd = Path(p.cwd())  # a folder since removed reads "... (deleted)", still below
-            # Not any ddp-grade- folder: other tests' batches work in theirs at the same time.
-            ours = cwd.is_relative_to(tmp) or cwd.is_relative_to(_tmpdir(tmp))
-            if ours or p.cmdline() == ["sleep", FLOOD_SECONDS]:
-                found.append(" ".join(p.cmdline()))
-        except (psutil.Error, OSError):
-            continue
-    return found
 
 
 @contextlib.contextmanager
@@ -154,7 +98,7 @@ def sandboxed(tmp_path_factory):
     make_leaking_submission(tmp / "subs", GIVEN[0])
     with _marks_removed(writable, mark):  # also when the run itself fails
         folders = set(glob.glob("/tmp/ddp-grade-*"))
-        run = _grade(
+        run = grade_in(
             ["subs", "--memory", "2G", "--jobs", "2", "--timeout", str(TIMEOUT), *OUTPUTS],
             tmp,
             **SECRETS,
@@ -175,9 +119,9 @@ def sandboxed(tmp_path_factory):
             "readable": readable,
             "writable": writable,
             "mark": mark,
-            "left": _left(tmp),
+            "left": left_running(tmp),
             "folders_left": (set(glob.glob("/tmp/ddp-grade-*")) - folders) | set(run.tmp_left),
-            "outputs": _outputs(tmp),
+            "outputs": outputs_of(tmp),
             "leak": _leak_outputs(tmp),
         }
 
@@ -267,7 +211,7 @@ def rlimited(tmp_path_factory):
     make_hostile_submissions(tmp / "subs", [], [], answers=False)
     make_leaking_submission(tmp / "subs", GIVEN[0])
     path = _fake_bwrap(tmp / "bin", BLOCKED_BWRAP) + os.pathsep + os.environ["PATH"]
-    run = _grade(
+    run = grade_in(
         ["subs/memory_hog", "subs/process_flood", "subs/leak", "--memory", "2G", "--jobs", "2"]
         + ["--timeout", str(TIMEOUT), "--limits", "rlimit", *OUTPUTS],
         tmp,
@@ -279,8 +223,8 @@ def rlimited(tmp_path_factory):
         "tmp": tmp,
         "run": run,
         "rows": _rows(tmp / "grades.csv"),
-        "left": _left(tmp),
-        "outputs": _outputs(tmp),
+        "left": left_running(tmp),
+        "outputs": outputs_of(tmp),
         "leak": _leak_outputs(tmp),
     }
 
@@ -320,11 +264,16 @@ def passed(tmp_path_factory):
     """The leaking submission graded with --no-sandbox --pass-env INSTRUCTOR_TOKEN."""
     tmp = tmp_path_factory.mktemp("passed")
     make_leaking_submission(tmp / "subs", GIVEN[0])
-    run = _grade(
+    run = grade_in(
         ["subs", "--no-sandbox", "--pass-env", "INSTRUCTOR_TOKEN", *OUTPUTS], tmp, **SECRETS
     )
     assert run.returncode == 0, run.stderr
-    return {"run": run, "leak": _leak_outputs(tmp), "outputs": _outputs(tmp), "left": _left(tmp)}
+    return {
+        "run": run,
+        "leak": _leak_outputs(tmp),
+        "outputs": outputs_of(tmp),
+        "left": left_running(tmp),
+    }
 
 
 def test_a_variable_named_with_pass_env_reaches_the_notebook(passed):
@@ -400,7 +349,7 @@ def test_the_environment_holds_the_allow_list_the_passed_names_and_its_own_folde
 def test_sandbox_that_cannot_be_had_stops_before_grading(tmp_path, script, words):
     make_hostile_submissions(tmp_path / "subs", [], [])
     path = "/nonexistent" if script is None else _fake_bwrap(tmp_path / "bin", script)
-    run = _grade(["subs", "--sandbox", "--out", "grades.csv"], tmp_path, PATH=path)
+    run = grade_in(["subs", "--sandbox", "--out", "grades.csv"], tmp_path, PATH=path)
     assert run.returncode == 2
     message = run.stderr.strip()
     assert message.startswith("error: ") and "\n" not in message  # one paragraph
@@ -423,7 +372,7 @@ def test_sandbox_that_cannot_be_had_stops_before_grading(tmp_path, script, words
 def test_without_bubblewrap_the_default_grades_and_says_so_first(tmp_path, args, env, note):
     # A lesson notebook would need a kernel; it is enough to reach grading at all.
     (tmp_path / "scratch.ipynb").write_text(nbformat.writes(nbformat.v4.new_notebook()))
-    run = _grade(["scratch.ipynb", "--out", "g.csv", *args], tmp_path, PATH="/nonexistent", **env)
+    run = grade_in(["scratch.ipynb", "--out", "g.csv", *args], tmp_path, PATH="/nonexistent", **env)
     assert run.returncode == 0, run.stderr
     assert "invalid" in (tmp_path / "g.csv").read_text()
     first = run.stderr.splitlines()[0]
@@ -436,7 +385,7 @@ def test_without_bubblewrap_the_default_grades_and_says_so_first(tmp_path, args,
 def test_the_sandbox_asked_for_by_the_environment_still_refuses_without_it(tmp_path):
     (tmp_path / "scratch.ipynb").write_text(nbformat.writes(nbformat.v4.new_notebook()))
     env = {"DDP_HELPERS_SANDBOX": "1", "PATH": "/nonexistent"}
-    run = _grade(["scratch.ipynb", "--out", "g.csv"], tmp_path, **env)
+    run = grade_in(["scratch.ipynb", "--out", "g.csv"], tmp_path, **env)
     assert run.returncode == 2 and "needs bubblewrap" in run.stderr
     assert not (tmp_path / "g.csv").exists()
 
@@ -454,7 +403,7 @@ def test_the_sandbox_asked_for_by_the_environment_still_refuses_without_it(tmp_p
     ],
 )
 def test_bad_limits_or_variables_get_one_clear_error(tmp_path, args, words):
-    run = _grade([str(tmp_path), *args], tmp_path)
+    run = grade_in([str(tmp_path), *args], tmp_path)
     assert run.returncode == 2
     assert words in run.stderr
 

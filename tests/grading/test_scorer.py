@@ -15,6 +15,7 @@ import types
 import pytest
 
 from ddp_helpers.exercises import lesson01, lesson02
+from ddp_helpers.exercises.answer import Answer
 from ddp_helpers.grading import scorer
 from ddp_helpers.grading.folders import WorkFolders
 from ddp_helpers.launcher.pickling import dumps
@@ -120,7 +121,7 @@ class _Loud:
 
 
 def test_an_answer_is_never_loaded_in_the_scorer(capfd):
-    answer = scorer.Answer(pickle.dumps(_Loud()))
+    answer = Answer(pickled=pickle.dumps(_Loud()))
     with pytest.raises(TypeError, match="runs no answer in its own process"):
         answer()
     assert '"status": "correct"' not in capfd.readouterr().out
