@@ -227,7 +227,7 @@ class Exercise:
         """What the grader uses: the learner's check, then the hidden cases if it passed.
 
         The ranks these run make the course's reference a tripwire and look for its code in
-        the answer (_guarded): an answer that is the reference, calls it or carries its code
+        the answer (_in_rank): an answer that is the reference, calls it or carries its code
         is `from_course`, however it got there.
         """
         grading = _GRADING.set(self)
@@ -368,7 +368,7 @@ def process_group(**kwargs):
 
 
 # The exercise being graded (Exercise.grade), while it is: its checks' ranks guard its
-# reference (_guarded). A context variable, so that nothing outside a grade() sees it.
+# reference (_in_rank). A context variable, so that nothing outside a grade() sees it.
 _GRADING: contextvars.ContextVar[Exercise | None] = contextvars.ContextVar("grading", default=None)
 FROM_COURSE_EXIT = 93  # how a rank ends whose answer ran the course's own reference
 
@@ -380,9 +380,8 @@ def _launched(harness, answer, args, nprocs: int, nnodes: int, timeout: float):
     from ..launcher.api import launch_plain
 
     grading = _GRADING.get()
-    call = (harness, answer, *args)
-    if grading is not None:
-        call = (_guarded, grading.reference_names(), *call)
+    references = grading.reference_names() if grading is not None else []
+    call = (_in_rank, references, harness, answer, *args)
     try:
         return launch_plain(*call, nprocs=nprocs, nnodes=nnodes, timeout=timeout)
     except DistributedError as exc:
@@ -460,14 +459,18 @@ def answers_to(fn, cases):
         yield from answers_to(fn, cases[raised + 1 :])
 
 
-def _guarded(references, harness, answer, *args):
-    """In a rank of a graded check: harness(answer, *args), with the course's reference a
-    tripwire (a call to it ends the rank, FROM_COURSE_EXIT, before the harness can judge)
-    and the answer searched for the reference's code (re-homed into a function of its own,
-    `types.FunctionType(ref.__code__, ...)`) first. A learner who reads this can still get
-    past it; the checks are in the package a notebook can read (docs/instructors.md)."""
+def _in_rank(references, harness, answer, *args):
+    """In a check's rank: harness(answer, *args), its value made plain data (to_plain: a
+    learner's own object in it comes back as an Opaque). When grading (`references`: the
+    exercise's reference answer), with the reference a tripwire (a call to it ends the
+    rank, FROM_COURSE_EXIT, before the harness can judge) and the answer searched for the
+    reference's code (re-homed into a function of its own, `types.FunctionType(ref.__code__,
+    ...)`) first. A learner who reads this can still get past it; the checks are in the
+    package a notebook can read (docs/instructors.md)."""
     import importlib
     import os
+
+    from ..launcher.plain import to_plain
 
     keys: set[tuple] = set()
     for module, qualname in references:
@@ -478,9 +481,9 @@ def _guarded(references, harness, answer, *args):
             keys |= _code_keys(fn.__code__)
             if not fn.__code__.co_freevars:  # a closure's code cannot take the tripwire's
                 fn.__code__ = _tripwire.__code__
-    if _carries(answer, keys, set(), 4):
+    if references and _carries(answer, keys, set(), 4):
         os._exit(FROM_COURSE_EXIT)
-    return harness(answer, *args)
+    return to_plain(harness(answer, *args))
 
 
 def _tripwire(*args, **kwargs):

@@ -112,7 +112,7 @@ def course_global(payload: bytes, references: set[tuple[str, str]]) -> bool:
     """Whether a pickled answer names one of the course's references as a global (the
     reference itself, an alias of it, or inside a functools.partial): read from the pickle's
     opcodes, nothing loaded. A wrapper that calls the reference, or its code re-homed, is
-    found where the check runs it (exercises._core._guarded)."""
+    found where the check runs it (exercises._core._in_rank)."""
     strings: list[str] = []
     memo: dict[int, str] = {}
     try:

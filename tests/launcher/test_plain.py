@@ -1,0 +1,82 @@
+"""What comes from a rank, read without running its code (launcher/plain.py): the
+launcher's messages, and launch_plain's values as plain data."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+from ddp_helpers.launcher import protocol, wire
+from ddp_helpers.launcher.api import launch_plain
+from ddp_helpers.launcher.failures import DistributedError
+from ddp_helpers.launcher.pickling import dumps
+from ddp_helpers.launcher.plain import Opaque, PlainOnly, load_message, load_plain, to_plain
+
+RAN = []
+
+
+class Runs:
+    """Whoever loads it calls RAN.append: what a hostile pickle does, harmlessly."""
+
+    def __reduce__(self):
+        return (RAN.append, ("ran",))
+
+
+class Everything(str):
+    def __eq__(self, other):
+        return True
+
+    __hash__ = str.__hash__
+
+
+def test_a_message_may_name_the_launchers_classes_only():
+    message = protocol.RankError("ValueError", "builtins", "m", "tb", 1.0, None)
+    assert load_message(pickle.dumps(message)) == message
+    with pytest.raises(PlainOnly):
+        load_message(pickle.dumps(Runs()))
+    assert RAN == []
+
+
+def test_a_rank_that_writes_a_pickle_of_its_own_making_gets_a_protocol_error():
+    reader = wire.MessageReader()
+    with pytest.raises(protocol.ProtocolError, match="unreadable message"):
+        reader.feed(wire.pack(Runs()))
+    with pytest.raises(protocol.ProtocolError, match="over the"):
+        wire.MessageReader().feed(b"\xff" * 16)  # a header claiming exabytes
+    assert RAN == []
+
+
+def test_plain_values_come_back_as_they_were_and_nothing_else_loads():
+    value = {"w": torch.arange(3.0), "n": [1, 2.5, "x", None, b"b", (1,)], "d": torch.float16}
+    value["size"], value["device"] = torch.Size([2]), torch.device("cpu")
+    back = load_plain(dumps(value, cpu_tensors=True))
+    assert torch.equal(back["w"], value["w"]) and back["n"] == value["n"]
+    assert (back["d"], back["size"], back["device"]) == (value["d"], value["size"], value["device"])
+    for hostile in (Runs(), Everything("x"), np.int64(3)):
+        with pytest.raises(PlainOnly):
+            load_plain(dumps(hostile))
+    assert RAN == []
+
+
+def test_to_plain_makes_a_learners_objects_plain_or_opaque():
+    got = to_plain([Everything("cuda:0"), np.int64(4), np.float32(0.5), range(2), Runs()])
+    assert got[:4] == ["cuda:0", 4, 0.5, [0, 1]]
+    assert [type(x) for x in got[:3]] == [str, int, float]  # no __eq__ of the learner's left
+    assert isinstance(got[4], Opaque) and "Runs object" in repr(got[4])
+    assert load_plain(dumps(got))[4] == got[4]
+
+
+def _returns_its_own_class():
+    class Mine:
+        pass
+
+    return Mine()
+
+
+def test_launch_plain_refuses_a_value_that_is_not_plain_data():
+    with pytest.raises(DistributedError, match="a value the check does not accept"):
+        launch_plain(_returns_its_own_class, nprocs=1)
+    assert list(launch_plain(to_plain, [np.int64(1)], nprocs=2)) == [[1], [1]]
