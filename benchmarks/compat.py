@@ -10,7 +10,9 @@ under nbclient, 3 times each (--repeat), and every exercise's check must say cor
 no warning, every time; the
 launcher's fault tests run there (which rank is blamed rests on torch's error text); and
 gloo's teardown deadlock is reproduced with the launcher's fix off and on
-(benchmarks/gloo_teardown.py): the table says whether that torch still needs the fix.
+(benchmarks/gloo_teardown.py): the table says whether that torch still needs the fix; and
+the claims suite (tests/claims) runs there: the lessons' sentences about torch that no
+longer hold with that release are listed by cell (docs/claims.md).
 
     oldest   Colab-like: torch 2.8, ipykernel 6.17, IPython 7.34, Python 3.12, and every
              dependency at the oldest release line pyproject.toml admits
@@ -46,6 +48,10 @@ FAULT_TESTS = (  # copied into one folder, where they import conftest as in test
     "launcher/test_faults.py",
     "launcher/test_failures.py",
     "launcher/test_torch_compat.py",
+)
+# The claims suite (tests/claims): what the lessons say of torch, shown on this torch.
+CLAIMS_TESTS = tuple(
+    f"test_claims_{name}.py" for name in ("basics", "collectives", "ddp", "torchrun")
 )
 PIP_TIMEOUT = 1800  # a cold cache downloads several GB
 
@@ -356,6 +362,43 @@ def run_fault_tests(e: Environment, py: Path, work: Path, env: dict) -> None:
         e.problems.append(f"fault tests: {summary}\n{proc.stdout[-3000:]}{proc.stderr[-1000:]}")
 
 
+def run_claims(e: Environment, py: Path, work: Path, env: dict) -> None:
+    """tests/claims on this torch: each claim of docs/claims.md whose test fails here is a
+    sentence of a lesson that no longer holds with it (noted, by cell, not a problem of the
+    install: the table says how many)."""
+    folder = work / f"{e.name}-claims"
+    (folder / "tests").mkdir(parents=True)
+    for name in CLAIMS_TESTS:
+        shutil.copy(ROOT / "tests" / "claims" / name, folder / "tests" / name)
+    run([str(py), "-m", "pip", "install", "-q", "pytest"], env)
+    cmd = [str(py), "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider", "-o", "addopts="]
+    proc = subprocess.run(
+        [*cmd, "tests"], cwd=folder, env=env, capture_output=True, text=True, timeout=900
+    )
+    failed = {
+        line.split()[1].split("::")[1].split("[")[0]
+        for line in proc.stdout.splitlines()
+        if line.startswith("FAILED ")
+    }
+    summary = (proc.stdout.strip().splitlines() or ["(no output)"])[-1]
+    e.figures["claims"] = summary
+    e.figures["claims_broken"] = [
+        f"{cell} ({claim})" for cell, claim, test in claim_rows() if test in failed
+    ]
+    if proc.returncode not in (0, 1):  # 1: some claims fail, the finding; else pytest broke
+        e.problems.append(f"claims suite: {summary}\n{proc.stdout[-2000:]}{proc.stderr[-1000:]}")
+
+
+def claim_rows() -> list[tuple[str, str, str]]:
+    """(cell, claim, test name) of each row of docs/claims.md backed by a test."""
+    rows = []
+    for line in (ROOT / "docs" / "claims.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip("|").split(" | ")]
+        if len(cells) == 4 and cells[3].startswith("test: "):
+            rows.append((cells[0], cells[2], cells[3].rpartition("::")[2]))
+    return rows
+
+
 TEARDOWN_RUNS = 20  # of each setting: the hang came in about 4 runs of 10 without the fix
 
 
@@ -403,6 +446,8 @@ def check_environment(
         run_fault_tests(e, py, work, env)
         print(f"[{e.name}] gloo's teardown deadlock, fix off and on", flush=True)
         run_teardown_reproducer(e, py, work, env)
+        print(f"[{e.name}] the lessons' claims (tests/claims)", flush=True)
+        run_claims(e, py, work, env)
     except (CompatError, subprocess.TimeoutExpired) as exc:
         e.problems.append(str(exc))
 
@@ -434,12 +479,15 @@ def report(envs: list[Environment], wheel: Path) -> None:
         rows.append((f"solutions/{lesson}", *cells))
     rows.append(("fault tests", *(e.figures.get("fault_tests", "-") for e in envs)))
     rows.append(("gloo teardown", *(e.figures.get("teardown", "-") for e in envs)))
+    rows.append(("claims (tests/claims)", *(e.figures.get("claims", "-") for e in envs)))
     rows.append(("result", *("ok" if not e.problems else "FAILED" for e in envs)))
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
     for e in envs:
         print(f"\n{e.name}: the install added {', '.join(e.figures.get('added', [])) or 'nothing'}")
+        for claim in e.figures.get("claims_broken", []):
+            print(f"{e.name}: a claim that does not hold with this torch: {claim}")
         for problem in e.problems:
             print(f"{e.name}: FAILED: {problem}")
 

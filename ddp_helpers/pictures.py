@@ -27,8 +27,8 @@ MESSAGES = i18n.messages(
         "backward_caption": (
             "A hook copies each gradient, times 1/world size, into its bucket. Once "
             "a bucket holds all its gradients, its all_reduce (a sum) starts while backward "
-            "computes the rest. First bucket 1 MiB, the others 25 MiB. Then every rank "
-            "holds the average gradient."
+            "computes the rest. From the second step: first bucket 1 MiB, the others "
+            "25 MiB (the first step has one). Then every rank holds the average gradient."
         ),
         "step": "4  optimizer.step()",
         "step_caption": (

@@ -65,6 +65,28 @@ def accumulate_without_zeroing(model, optimizer, micro_batches, k):
             optimizer.step()  # the next step adds to these gradients
 
 
+def accumulate_with_no_sync_around_the_backward_only(model, optimizer, micro_batches, k):
+    for i, (x, y) in enumerate(micro_batches):
+        last = (i + 1) % k == 0
+        loss = F.mse_loss(model(x), y) / k  # the forward outside: DDP will all-reduce
+        with contextlib.nullcontext() if last else model.no_sync():
+            loss.backward()
+        if last:
+            optimizer.step()
+            optimizer.zero_grad()
+
+
+def accumulate_dividing_by_the_world_size_too(model, optimizer, micro_batches, k):
+    world = torch.distributed.get_world_size()
+    for i, (x, y) in enumerate(micro_batches):
+        last = (i + 1) % k == 0
+        with contextlib.nullcontext() if last else model.no_sync():
+            (F.mse_loss(model(x), y) / (k * world)).backward()  # DDP averages already
+        if last:
+            optimizer.step()
+            optimizer.zero_grad()
+
+
 def accumulate_with_two_all_reduces_a_step(model, optimizer, micro_batches, k):
     for i, (x, y) in enumerate(micro_batches):
         synced = (i + 1) % k == 0 or (i + 1) % k == k // 2
@@ -112,7 +134,9 @@ SWEEP_3_4 = (
         (accumulate_without_dividing, "accum_not_divided"),
         (accumulate_stepping_every_micro_batch, "accum_step_each"),
         (accumulate_syncing_the_first_micro_batch, "accum_ranks_differ"),
-        (accumulate_without_zeroing, "accum_weights"),
+        (accumulate_without_zeroing, "accum_not_zeroed"),
+        (accumulate_with_no_sync_around_the_backward_only, "accum_forward_outside"),
+        (accumulate_dividing_by_the_world_size_too, "accum_weights"),
         (accumulate_with_two_all_reduces_a_step, "accum_reduces"),
         (accumulate_all_then_step_once, "accum_steps"),
     ],
@@ -345,6 +369,18 @@ class MiniLaunchingInFinish(_Mini):
         super().finish()
 
 
+class MiniWaitingInTheHook(_Mini):
+    def launch(self, i):
+        dist.all_reduce(self.flats[i], async_op=True).wait()  # async in name only
+
+
+class MiniLaunchingAtTheLastGradient(_Mini):
+    def launch(self, i):
+        if i == len(self.buckets) - 1:  # the last bucket completes last: launch them all now
+            for j in range(len(self.buckets)):
+                super().launch(j)
+
+
 class MiniInForwardOrder(_Mini):
     def layout(self, bucket):
         order = {id(p): n for n, p in enumerate(self.module.parameters())}
@@ -424,6 +460,8 @@ SWEEP_3_6 = (
         (MiniWaitingForFullBuckets, "mini_never"),
         (MiniReducingAgainInFinish, "mini_twice"),
         (MiniLaunchingInFinish, "mini_late"),
+        (MiniWaitingInTheHook, "mini_waited"),
+        (MiniLaunchingAtTheLastGradient, "mini_bunched"),
         (MiniInForwardOrder, "mini_order"),
         (MiniSummed, "mini_not_divided"),
         (MiniDivided, "mini_divided"),

@@ -142,6 +142,12 @@ MESSAGES = messages(
             "own copy."
         ),
         "sync_local.title": "looks only at its own rank's copy",
+        "sync_overwrote": (
+            "params_in_sync changed rank {rank}'s own weights: it broadcast into the "
+            "tensors themselves (t.detach() shares t's memory), so rank 1's copy became rank "
+            "0's before it was compared. Broadcast a copy: t.detach().clone()."
+        ),
+        "sync_overwrote.title": "broadcast into the model's own tensors",
         "sync_missed": (
             "After rank 1 changed {what}, params_in_sync still returned True on rank "
             "{rank}: a difference anywhere in the model counts."
@@ -183,9 +189,11 @@ MESSAGES = messages(
         "ratio_other.title": "another ratio",
         "ratio_ok": "DDP's update is 1 / world_size = 0.5 of the single-process one.",
         "hint.accum_no_sync": (
-            "Inside `with model.no_sync():` a backward() only adds to each .grad; the next "
-            "backward() outside it all-reduces the sum. So every micro-batch but the step's "
-            "last runs inside no_sync(), and the last one outside."
+            "DDP decides at the forward: a micro-batch whose forward runs inside `with "
+            "model.no_sync():` only adds to each .grad in its backward(); one whose forward "
+            "runs outside it all-reduces the sum in its backward(). So every micro-batch but "
+            "the step's last runs its forward and backward() inside no_sync(), and the last "
+            "one outside."
         ),
         "hint.accum_mean": (
             "k backward() calls add k gradients. To get the gradient of the step's mean loss, "
@@ -206,6 +214,19 @@ MESSAGES = messages(
             "backward() exchanged the gradients. Only the step's last needs to."
         ),
         "accum_no_sync.title": "no no_sync(): an all-reduce per micro-batch",
+        "accum_forward_outside": (
+            "DDP all-reduced {got} times for {steps} optimizer steps although no_sync() was "
+            "used: each forward ran outside it. DDP decides at the forward whether the "
+            "backward all-reduces; a backward() inside no_sync() after a forward outside it "
+            "all-reduces all the same. Put the forward inside the `with` too."
+        ),
+        "accum_forward_outside.title": "no_sync() around the backward only, not the forward",
+        "accum_not_zeroed": (
+            "The weights are those of one process that never zeroes its gradients: each "
+            "step added the earlier steps' gradients again. Zero them after every optimizer "
+            "step (optimizer.zero_grad())."
+        ),
+        "accum_not_zeroed.title": "the gradients never zeroed between steps",
         "accum_reduces": (
             "DDP all-reduced {got} times for {steps} optimizer steps; one all-reduce a step "
             "is what accumulation is for."
@@ -500,24 +521,34 @@ def _params_in_sync_harness(params_in_sync):
 
     with process_group():
         torch.manual_seed(dist.get_rank())  # a different start on every rank
-        model = _sync_model()
-        answers = {"case_before": bool(params_in_sync(model))}
+        model, overwrote = _sync_model(), []
+
+        def asked(m) -> bool:  # the answer, and whether it changed this rank's own tensors
+            before = {k: v.clone() for k, v in m.state_dict().items()}
+            answer = bool(params_in_sync(m))
+            overwrote.append(any(not torch.equal(v, before[k]) for k, v in m.state_dict().items()))
+            return answer
+
+        answers = {"case_before": asked(model)}
         ddp = DDP(model)
-        answers["case_after_wrapping"] = bool(params_in_sync(ddp))
+        answers["case_after_wrapping"] = asked(ddp)
         state = ddp.module.state_dict()
         for what, name in SYNC_CHANGES:
             saved = state[name].clone()
             if dist.get_rank() == 1:
                 with torch.no_grad():
                     state[name].view(-1)[-1] += 0.5
-            answers[what] = bool(params_in_sync(ddp))
+            answers[what] = asked(ddp)
             with torch.no_grad():
                 state[name].copy_(saved)
-        return answers
+        return {**answers, "overwrote": any(overwrote)}
 
 
 def _check_sync(fn) -> Phrase:
     answers = run_on_ranks(_params_in_sync_harness, fn, nprocs=2)
+    for rank, got in enumerate(answers):
+        if got.pop("overwrote"):
+            raise Wrong("sync_overwrote", rank=rank)
     if answers[0] != answers[1]:
         cases = Listed(Phrase(case) for case in answers[0])
         table = [list(a.values()) for a in answers]
@@ -604,21 +635,26 @@ def _accumulation_harness(fn):
 
         model.register_comm_hook(None, counting_hook)
         optimizer = torch.optim.SGD(model.parameters(), lr=LR)
-        real_step = optimizer.step
+        real_step, real_no_sync, no_syncs = optimizer.step, model.no_sync, []
         optimizer.step = lambda *a, **kw: (steps.append(1), real_step(*a, **kw))[1]
+        model.no_sync = lambda: (no_syncs.append(1), real_no_sync())[1]  # how often used
         fn(model, optimizer, _accumulation_data(world)[1](rank), ACCUM_K)
         weights = {k: v.detach().clone() for k, v in model.module.state_dict().items()}
-        return {"weights": weights, "reduces": len(reduces), "steps": len(steps)}
+        counts = {"reduces": len(reduces), "steps": len(steps), "no_syncs": len(no_syncs)}
+        return {"weights": weights, **counts}
 
 
-def _one_process_accumulated(lr: float) -> dict:
+def _one_process_accumulated(lr: float, zeroed: bool = True) -> dict:
+    """One process's weights on the global batches; `zeroed`: its gradients zeroed before
+    each step (else each step adds the earlier steps' gradients again)."""
     import torch
 
     (x, y), _ = _accumulation_data(ACCUM_RANKS)
     model = make_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     for xs, ys in zip(x, y, strict=True):
-        optimizer.zero_grad()
+        if zeroed:
+            optimizer.zero_grad()
         torch.nn.functional.mse_loss(model(xs), ys).backward()
         optimizer.step()
     return model.state_dict()
@@ -633,7 +669,8 @@ def _check_accumulated(fn) -> Phrase:
     if got["steps"] != ACCUM_STEPS:
         raise Wrong("accum_steps", got=got["steps"], **counts)
     if got["reduces"] == ACCUM_STEPS * ACCUM_K:
-        raise Wrong("accum_no_sync", got=got["reduces"], steps=ACCUM_STEPS)
+        key = "accum_forward_outside" if got["no_syncs"] else "accum_no_sync"
+        raise Wrong(key, got=got["reduces"], steps=ACCUM_STEPS)
     apart = weights_apart(runs[0]["weights"], runs[1]["weights"])
     if not apart == 0.0:  # nan included
         raise Wrong("accum_ranks_differ", diff=apart)
@@ -645,6 +682,8 @@ def _check_accumulated(fn) -> Phrase:
         return Phrase("accum_ok", micro=MICRO, rows=rows, diff=diff, **counts)
     if weights_apart(got["weights"], _one_process_accumulated(LR * ACCUM_K)) <= TOLERANCE:
         raise Wrong("accum_not_divided", k=ACCUM_K)
+    if weights_apart(got["weights"], _one_process_accumulated(LR, zeroed=False)) <= TOLERANCE:
+        raise Wrong("accum_not_zeroed")
     raise Wrong("accum_weights", rows=rows, diff=diff, tol=TOLERANCE)
 
 
@@ -725,6 +764,7 @@ q2 = Exercise(
     hints=("sync_communicate", "sync_every_tensor", "sync_same_answer", "sync_code"),
     mistakes={
         "sync_disagree": Mistake(hint="sync_same_answer"),
+        "sync_overwrote": Mistake(hint="sync_communicate"),
         "sync_wrap": Mistake(hint="sync_every_tensor"),
         "sync_local": Mistake(hint="sync_communicate"),
         "sync_missed": Mistake(hint="sync_every_tensor"),
@@ -755,6 +795,8 @@ q4 = Exercise(
     hints=("accum_no_sync", "accum_mean", "accum_step", "accum_code"),
     mistakes={
         "accum_no_sync": Mistake(hint="accum_no_sync"),
+        "accum_forward_outside": Mistake(hint="accum_no_sync"),
+        "accum_not_zeroed": Mistake(hint="accum_step"),
         "accum_reduces": Mistake(hint="accum_no_sync"),
         "accum_step_each": Mistake(hint="accum_step"),
         "accum_steps": Mistake(hint="accum_step"),

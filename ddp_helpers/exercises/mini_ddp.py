@@ -4,9 +4,12 @@ The learner's class broadcasts rank 0's weights at construction, copies each gra
 (divided by the world size) into its bucket from a hook as backward produces it, starts an
 asynchronous all_reduce as soon as a bucket is complete, and in `finish()` waits for them
 and writes the averages back. The buckets are DDP's (`buckets_for`): the parameters in
-the order backward produces them (the reverse of `module.parameters()`), a bucket closed
-once it holds `bucket_mb` MiB, which is how torch 2.13's DDP lays them out from its
-second step on (`bucket_cap_mb`, the buckets rebuilt in the order the gradients came).
+the order backward produces them (for the check's model, which uses its layers in the
+order it registers them, the reverse of `module.parameters()`), a bucket closed once it
+holds `bucket_mb` MiB, which is how torch 2.13's DDP lays them out from its second step on
+when `bucket_cap_mb` is given (the buckets rebuilt in the order the gradients came in the
+first; tests/claims/test_claims_ddp.py shows both). The check compares with DDP's
+defaults, where the reducer multiplies each gradient by 1 / world size as it copies it.
 The check runs the answer and torch's DDP side by side on 2 and 3 ranks, for two bucket
 sizes, and compares the gradients bit for bit.
 """
@@ -66,6 +69,18 @@ MESSAGES = messages(
             "from the hook that completes it, while backward goes on."
         ),
         "mini_late.title": "all_reduces started after backward",
+        "mini_waited": (
+            "A bucket's all_reduce was waited for inside backward(), in the hook that "
+            "started it: backward stood still until it was done, so nothing overlapped. "
+            "Keep the work it returns and wait in finish()."
+        ),
+        "mini_waited.title": "an all_reduce waited for in its hook",
+        "mini_bunched": (
+            "The first bucket's all_reduce started only once the last bucket's gradients "
+            "were being computed: every bucket was launched at the end of backward(), so "
+            "nothing overlapped. Launch each bucket from the hook that completes it."
+        ),
+        "mini_bunched.title": "every bucket launched at the end of backward",
         "mini_order": (
             "The buckets all-reduced were not laid out as DDP's: it has {want} values a "
             "bucket (these: {got}), each parameter in the order backward produces it, at the "
@@ -74,8 +89,9 @@ MESSAGES = messages(
         "mini_order.title": "parameters laid out in another order",
         "mini_divided": (
             "On {world} ranks the gradients are one rounding off DDP's: they were divided by "
-            "the world size, where DDP multiplies them by 1 / world size (its C++ reducer "
-            "does; x / 3 and x * (1 / 3) can differ in the last bit). Multiply instead."
+            "the world size, where DDP with its defaults (as the check runs it) multiplies "
+            "them by 1 / world size as its C++ reducer copies them into the bucket (x / 3 "
+            "and x * (1 / 3) can differ in the last bit). Multiply instead."
         ),
         "mini_divided.title": "divided, not multiplied by 1/world",
         "mini_not_divided": (
@@ -179,8 +195,24 @@ def _batch(rank: int):
     return x, x.sum(1, keepdim=True).sin()
 
 
+class _Waited:
+    """The work an all_reduce returned, which notes when it is first waited for (its
+    future is torch's own, for what takes one: a wait on it goes unseen)."""
+
+    def __init__(self, real, call: dict):
+        self._real, self._call = real, call
+
+    def wait(self, *args, **kwargs):
+        self._call.setdefault("waited", time.perf_counter())
+        return self._real.wait(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+
 class _Spy:
-    """dist.all_reduce, logged: when each call started and ended, its size, async or not."""
+    """dist.all_reduce, logged: when each call started, ended and was first waited for
+    (the work it returns notes it), its size, async or not."""
 
     def __init__(self, keep: bool = False):
         import torch.distributed as dist
@@ -200,9 +232,9 @@ class _Spy:
         work = self._real(tensor, *args, **kwargs)
         if work is None:
             call["end"] = time.perf_counter()
-        else:
-            work.get_future().then(lambda _: call.update(end=time.perf_counter()))
-        return work
+            return None
+        work.get_future().then(lambda _: call.update(end=time.perf_counter()))
+        return _Waited(work, call)
 
     def restore(self):
         self._dist.all_reduce = self._real
@@ -242,6 +274,7 @@ def _mini_ddp_harness(cls, bucket_mbs):
         for mb in bucket_mbs:
             want, divided = _ddp_grads(mb, x, y), _ddp_grads(mb, x, y, divide=True)
             module = mini_model(rank)  # each rank its own weights: the broadcast must fix it
+            ready = _when_ready(module)  # these hooks run before the answer's
             spy = _Spy(keep=True)
             try:
                 mini = cls(module, mb)
@@ -258,12 +291,25 @@ def _mini_ddp_harness(cls, bucket_mbs):
                 torch.cat([local[id(p)].view(-1) for p, _ in b]).mul_(1.0 / world)
                 for b in buckets_for(module, mb)
             ]
+            last = buckets_for(module, mb)[-1]  # its first gradient: the last bucket begun
             runs.append(
                 {"mb": mb, "want": want, "divided": divided, "got": got, "weights": weights,
-                 "calls": spy.calls, "handed": handed,
-                 "backward_end": backward_end}
+                 "calls": spy.calls, "handed": handed, "backward_end": backward_end,
+                 "last_bucket_begun": min(ready[id(p)] for p, _ in last)}
             )  # fmt: skip
         return runs
+
+
+def _when_ready(module) -> dict[int, float]:
+    """When each parameter's gradient is complete in the next backward, by id(parameter)."""
+    ready: dict[int, float] = {}
+
+    def note(p) -> None:
+        ready.setdefault(id(p), time.perf_counter())
+
+    for p in module.parameters():
+        p.register_post_accumulate_grad_hook(note)
+    return ready
 
 
 def _max_diff(a, b) -> float:
@@ -285,6 +331,10 @@ def _judge(run: dict, world: int) -> None:
         raise Wrong("mini_twice", **counts)
     if calls[0]["start"] >= run["backward_end"]:
         raise Wrong("mini_late")
+    if any(c.get("waited", run["backward_end"]) < run["backward_end"] for c in calls):
+        raise Wrong("mini_waited")
+    if len(want_sizes) > 1 and calls[0]["start"] > run["last_bucket_begun"]:
+        raise Wrong("mini_bunched")
     sizes = [c["size"] for c in calls]
     if sizes != want_sizes:
         raise Wrong("mini_order", got=sizes, want=want_sizes)
@@ -377,6 +427,8 @@ exercise = Exercise(
         "mini_never": Mistake(hint="mini_hook"),
         "mini_twice": Mistake(hint="mini_finish"),
         "mini_late": Mistake(hint="mini_hook"),
+        "mini_waited": Mistake(hint="mini_hook"),
+        "mini_bunched": Mistake(hint="mini_hook"),
         "mini_order": Mistake(hint="mini_hook"),
         "mini_divided": Mistake(hint="mini_hook"),
         "mini_not_divided": Mistake(hint="mini_hook"),

@@ -172,21 +172,24 @@ def test_a_rank_killed_mid_training_is_restarted_by_torchrun_and_the_job_resumes
 
 
 @pytest.mark.parametrize(
-    ("restarts", "agent_store", "rank", "warned"),
+    ("restarts", "agent_store", "rank", "rendezvous", "warned"),
     [
-        ("1", "True", "0", True),
-        ("0", "True", "0", False),
-        ("1", "False", "0", False),
-        ("1", "True", "1", False),
+        ("1", "True", "0", "c10d", True),
+        ("1", "True", "0", None, True),  # not Linux: cannot tell, so it warns
+        ("0", "True", "0", "c10d", False),
+        ("1", "False", "0", "c10d", False),
+        ("1", "True", "1", "c10d", False),
+        ("1", "True", "0", "static", False),  # the variable changes nothing there
     ],
 )
 def test_the_script_warns_when_a_restart_would_meet_on_the_failed_starts_store(
-    tmp_path, monkeypatch, capsys, restarts, agent_store, rank, warned
+    tmp_path, monkeypatch, capsys, restarts, agent_store, rank, rendezvous, warned
 ):
     script = tmp_path / "train.py"
     assert export(SOLUTION, script).returncode == 0
     main = runpy.run_path(str(script), run_name="exported")["main"]
     monkeypatch.setitem(main.__globals__, "train_job", lambda *args: None)
+    monkeypatch.setitem(main.__globals__, "torchrun_rendezvous", lambda: rendezvous)
     env = {
         "RANK": rank,
         "LOCAL_RANK": rank,
@@ -351,3 +354,34 @@ def test_a_notebook_without_export_tags_gets_a_clear_error(tmp_path):
 def test_a_missing_notebook_is_a_clear_error(tmp_path):
     result = export(tmp_path / "nowhere.ipynb", tmp_path / "t.py")
     assert result.returncode == 2 and "No such file" in result.stderr
+
+
+RENDEZVOUS = """\
+import runpy
+
+found = runpy.run_path("train.py", run_name="not_main")["torchrun_rendezvous"]()
+print(f"rendezvous {found}\\n", end="", flush=True)
+"""
+
+
+@pytest.mark.parametrize(
+    ("args", "rendezvous"),
+    [
+        (["--standalone"], "c10d"),
+        (["--rdzv-backend=c10d", "--rdzv-endpoint", "127.0.0.1:0"], "c10d"),
+        (["--master-addr", "127.0.0.1", "--master-port", "0"], "static"),
+    ],
+    ids=["standalone", "c10d", "static"],
+)
+def test_the_script_reads_torchruns_rendezvous_from_its_agent(tmp_path, args, rendezvous):
+    assert export(SOLUTION, tmp_path / "train.py").returncode == 0
+    (tmp_path / "which.py").write_text(RENDEZVOUS)
+    run = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", *args, "--nproc-per-node", "1"]
+        + ["which.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert f"rendezvous {rendezvous}" in run.stdout, run.stderr[-2000:]

@@ -505,6 +505,19 @@ def in_sync_looking_only_locally(model):
     return True
 
 
+def in_sync_broadcasting_without_a_copy(model):
+    import torch
+    import torch.distributed as dist
+
+    differ = torch.zeros(1)
+    for t in [*model.parameters(), *model.buffers()]:
+        rank0 = t.detach()  # shares t's memory: the broadcast overwrites the model's own
+        dist.broadcast(rank0, src=0)
+        differ += (rank0 != t).sum()
+    dist.all_reduce(differ)
+    return differ.item() == 0
+
+
 def in_sync_first_parameter_only(model):
     import torch
     import torch.distributed as dist
@@ -1313,6 +1326,7 @@ SWEEP = {
             (in_sync_without_agreeing, "sync_disagree"),
             (in_sync_comparing_tensors_by_identity, "sync_wrap"),
             (in_sync_looking_only_locally, "sync_local"),
+            (in_sync_broadcasting_without_a_copy, "sync_overwrote"),
             (in_sync_first_parameter_only, "sync_missed"),
             (in_sync_parameters_only, "sync_missed"),
             (in_sync_weights_but_not_biases, "sync_missed"),

@@ -1,0 +1,436 @@
+"""More claims of the lessons, about the process group, DDP and the sampler: the ones a
+few lines show, on gloo ranks (the course's launcher) or in this process. docs/claims.md
+names each claim's cell and its test here."""
+
+from __future__ import annotations
+
+import math
+import socket
+
+import pytest
+
+from ddp_helpers import DistributedError, launch
+
+
+def _collectives() -> dict:
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    summed = torch.tensor([float(rank + 1)])
+    dist.all_reduce(summed)  # the default op
+    gathered = [torch.zeros(1) for _ in range(world)]
+    dist.all_gather(gathered, torch.tensor([float(rank)]))
+    sent = torch.full((3,), float(rank))
+    dist.broadcast(sent, src=0)
+    dist.destroy_process_group()
+    return {
+        "sum": summed.item(),
+        "gathered": [t.item() for t in gathered],
+        "broadcast": sent.tolist(),
+        "initialized_after_destroy": dist.is_initialized(),
+    }
+
+
+def test_all_reduce_sums_all_gather_orders_broadcast_copies_and_destroy_ends_the_group():
+    # 01-19, 02-14, 02-07: all_reduce sums by default and leaves the sum on every rank;
+    # all_gather gives every rank every rank's tensor, in rank order; broadcast copies the
+    # source's; after destroy_process_group() there is no group.
+    for got in launch(_collectives, nprocs=3):
+        assert got == {
+            "sum": 6.0,
+            "gathered": [0.0, 1.0, 2.0],
+            "broadcast": [0.0] * 3,
+            "initialized_after_destroy": False,
+        }
+
+
+def _who_listens_on_master_port() -> list:
+    """The env:// rendezvous, with the environment the launcher sets: which rank's process
+    listens on MASTER_PORT once the group exists."""
+    import os
+
+    import psutil
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")  # no init_method: env://
+    port = int(os.environ["MASTER_PORT"])
+    listens = any(
+        c.laddr.port == port and c.status == psutil.CONN_LISTEN
+        for c in psutil.Process().net_connections("inet")
+    )
+    dist.barrier()
+    dist.destroy_process_group()
+    return [os.environ["MASTER_ADDR"], listens]
+
+
+def test_env_rendezvous_rank_zero_serves_the_store_the_others_connect():
+    # 01-05, 02-06: with no init_method, init_process_group reads the environment (env://),
+    # and rank 0 serves the store at MASTER_ADDR:MASTER_PORT (127.0.0.1 here).
+    assert list(launch(_who_listens_on_master_port, nprocs=2)) == [
+        ["127.0.0.1", True],
+        ["127.0.0.1", False],
+    ]
+
+
+def _ddp_at_construction_and_backward() -> dict:
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(rank)  # a different start on every rank
+    net = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.BatchNorm1d(2))
+    net[1].running_mean.fill_(float(rank + 1))
+    model = DDP(net)
+    state = {k: v.clone() for k, v in model.module.state_dict().items()}
+    x = torch.full((4, 3), float(rank + 1))
+    torch.nn.functional.mse_loss(model(x), torch.zeros(4, 2)).backward()
+    grad = model.module[0].weight.grad.clone()
+    local = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.BatchNorm1d(2))
+    local.load_state_dict(state)
+    torch.nn.functional.mse_loss(local(x), torch.zeros(4, 2)).backward()
+    mean = local[0].weight.grad.clone()
+    dist.all_reduce(mean)
+    mean /= world
+    states = [None] * world
+    dist.all_gather_object(states, {k: v.tolist() for k, v in state.items()})
+    same = [p is q for p, q in zip(model.parameters(), model.module.parameters(), strict=True)]
+    dist.destroy_process_group()
+    return {
+        "same_start": all(s == states[0] for s in states),
+        "averaged": bool(torch.allclose(grad, mean, atol=1e-6)),
+        "same_parameter_objects": all(same),
+        "keys": sorted(model.state_dict())[:2],
+    }
+
+
+def test_ddp_broadcasts_rank_zeros_parameters_and_buffers_then_averages_the_gradients():
+    # 02-16, 03-10, 03-62, d84bc519: DDP(model) gives every rank rank 0's parameters and
+    # buffers; backward() leaves each rank the mean of the ranks' gradients; the wrapper's
+    # parameters are the module's own tensors; its state_dict keys start with "module.".
+    for got in launch(_ddp_at_construction_and_backward, nprocs=2):
+        assert got == {
+            "same_start": True,
+            "averaged": True,
+            "same_parameter_objects": True,
+            "keys": ["module.0.bias", "module.0.weight"],
+        }
+
+
+def _ddp_misuses() -> dict:
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo")
+    found = {}
+    for name, make in {
+        "device_ids_on_cpu": lambda: DDP(torch.nn.Linear(2, 2), device_ids=[0]),
+        "init_twice": lambda: dist.init_process_group("gloo"),
+        "sync_batchnorm_on_cpu": lambda: DDP(
+            torch.nn.SyncBatchNorm.convert_sync_batchnorm(torch.nn.BatchNorm1d(2))
+        ),
+        "avg_of_integers": lambda: dist.all_reduce(torch.tensor([10]), op=dist.ReduceOp.AVG),
+    }.items():
+        try:
+            make()
+            found[name] = "ran"
+        except Exception as exc:  # noqa: BLE001 - which one is the finding
+            found[name] = type(exc).__name__
+    net = torch.nn.Linear(2, 2)
+    net.class_names = ["a", "b"]
+    try:
+        DDP(net).class_names  # noqa: B018
+        found["attribute_through_wrapper"] = "found"
+    except AttributeError:
+        found["attribute_through_wrapper"] = "AttributeError"
+    bare = torch.nn.Linear(2, 2)
+    try:
+        bare.load_state_dict(DDP(torch.nn.Linear(2, 2)).state_dict())
+        found["strict_load_of_module_keys"] = "ran"
+    except RuntimeError:
+        found["strict_load_of_module_keys"] = "RuntimeError"
+    dist.destroy_process_group()
+    return found
+
+
+def test_ddp_and_the_group_refuse_what_the_lessons_say_they_refuse():
+    # 03-05, 02-33, 03-43, 02-40, 04-e2, d84bc519: device_ids for a CPU module; a second
+    # init_process_group; SyncBatchNorm on CPU under DDP; AVG of integers on gloo; an
+    # attribute of the module through the wrapper; a "module."-prefixed state_dict loaded
+    # strictly into the bare model.
+    for got in launch(_ddp_misuses, nprocs=2):
+        assert got == {
+            "device_ids_on_cpu": "ValueError",
+            "init_twice": "ValueError",
+            "sync_batchnorm_on_cpu": "ValueError",
+            "avg_of_integers": "RuntimeError",
+            "attribute_through_wrapper": "AttributeError",
+            "strict_load_of_module_keys": "RuntimeError",
+        }
+
+
+def _shapes_differ() -> str:
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo")
+    DDP(torch.nn.Linear(4 + dist.get_rank(), 1))
+    return "built"
+
+
+def test_ddp_checks_at_construction_that_every_rank_has_the_same_shapes():
+    # 03-85: a model whose parameters differ in shape across ranks fails at DDP(...).
+    with pytest.raises(DistributedError) as caught:
+        launch(_shapes_differ, nprocs=2, timeout=60)
+    assert caught.value.exc_type == "RuntimeError"
+
+
+def _after_wrapping_nothing_rechecks() -> bool:
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Linear(3, 1))
+    if dist.get_rank() == 1:
+        with torch.no_grad():
+            model.module.weight.add_(1.0)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(3):
+        opt.zero_grad()
+        model(torch.randn(4, 3)).sum().backward()
+        opt.step()
+    weights = [torch.zeros_like(model.module.weight) for _ in range(2)]
+    dist.all_gather(weights, model.module.weight.detach())
+    dist.destroy_process_group()
+    return torch.equal(weights[0], weights[1])
+
+
+def test_ddp_never_checks_again_that_the_ranks_weights_agree():
+    # 03-10: after construction, a rank whose weights drift keeps them: no error, no fix.
+    assert list(launch(_after_wrapping_nothing_rechecks, nprocs=2)) == [False, False]
+
+
+def _rank_one_never_arrives() -> str:
+    import os
+    import time
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    if os.environ["RANK"] == "1":
+        time.sleep(5)  # busy: never calls init_process_group
+        return "busy"
+    started = time.monotonic()
+    try:
+        dist.init_process_group("gloo", timeout=timedelta(seconds=2))
+        return "joined"
+    except Exception:  # noqa: BLE001 - that it fails, and when, is the finding
+        return f"failed after {round(time.monotonic() - started)} s"
+
+
+def test_a_rank_that_never_arrives_ends_the_rendezvous_at_the_timeout():
+    # 02-23: rank 0 waits at the rendezvous until its timeout (2 s here), then fails.
+    assert list(launch(_rank_one_never_arrives, nprocs=2, timeout=30)) == [
+        "failed after 2 s",
+        "busy",
+    ]
+
+
+def _mismatch_with_detail() -> str:
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    if dist.get_rank() == 0:
+        dist.all_reduce(torch.ones(3))
+    else:
+        dist.barrier()
+    return "no error"
+
+
+def test_detail_debug_names_a_collective_mismatch_at_once(monkeypatch):
+    # 02-27, 02-29: with TORCH_DISTRIBUTED_DEBUG=DETAIL (set before the ranks start), a rank
+    # calling another collective than its peers fails at once, naming the operations.
+    monkeypatch.setenv("TORCH_DISTRIBUTED_DEBUG", "DETAIL")
+    with pytest.raises(DistributedError) as caught:
+        launch(_mismatch_with_detail, nprocs=2, timeout=20)
+    assert caught.value.kind != "timeout"
+    text = caught.value.render()
+    assert "ALLREDUCE" in text and "BARRIER" in text
+
+
+def _automatic_backend() -> list:
+    import torch.distributed as dist
+
+    dist.init_process_group()  # no backend, no accelerator here
+    found = [dist.get_backend(), dist.get_backend_config()]
+    dist.destroy_process_group()
+    return found
+
+
+def test_no_backend_on_a_cpu_machine_is_gloo_though_get_backend_says_undefined():
+    # 02-29, 02-31: init_process_group() with no backend takes gloo where there is no
+    # accelerator; dist.get_backend() then says "undefined".
+    assert launch(_automatic_backend, nprocs=2)[0] == ["undefined", "cpu:gloo"]
+
+
+def _nccl_here() -> str:
+    import torch.distributed as dist
+
+    try:
+        dist.init_process_group("nccl")
+    except RuntimeError:
+        return "RuntimeError"
+    return "initialised"
+
+
+def test_nccl_on_a_cpu_build_is_refused_at_init():
+    # 02-21: torch built without NCCL (this CPU build) refuses the nccl backend.
+    import torch.distributed as dist
+
+    assert not dist.is_nccl_available()
+    assert launch(_nccl_here, nprocs=1)[0] == "RuntimeError"
+
+
+def test_a_store_on_a_taken_port_fails_at_once():
+    # 02-35: a TCPStore asked to serve on a port already in use fails (nothing waits).
+    from torch.distributed import TCPStore
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        with pytest.raises(Exception, match="already in use"):
+            TCPStore("127.0.0.1", taken.getsockname()[1], 1, is_master=True, wait_for_workers=False)
+
+
+def test_a_cuda_device_is_only_a_name_without_a_gpu():
+    # 01-09: torch.device("cuda", 1) is made on a machine without any GPU.
+    import torch
+
+    assert not torch.cuda.is_available()
+    assert torch.device("cuda", 1).index == 1
+
+
+def test_the_sampler_shuffles_by_default_pads_shuffled_shares_and_drops_on_request():
+    # 04-e2, 04-e6, 04-24d, 04-24e, 04-53, 04-07: shuffle=True by default; every rank as
+    # many items; shuffled padding repeats that epoch's first items (4 and 1 for seed 0, 10
+    # items on 3 ranks); drop_last cuts instead; 513 items on 2 ranks: 257 each, item 0
+    # twice (at most W - 1 items counted twice in an evaluation).
+    import torch
+    from torch.utils.data.distributed import DistributedSampler
+
+    assert DistributedSampler(range(10), 1, 0).shuffle is True
+    for n in range(1, 40):
+        for w in range(1, 6):
+            sizes = {len(list(DistributedSampler(range(n), w, r))) for r in range(w)}
+            assert sizes == {math.ceil(n / w)}
+    shares = [list(DistributedSampler(range(10), 3, r)) for r in range(3)]
+    order = torch.randperm(10, generator=torch.Generator().manual_seed(0)).tolist()
+    assert order[:2] == [4, 1] and sorted(sum(shares, [])) == sorted(order + [4, 1])
+    dropped = [list(DistributedSampler(range(10), 3, r, False, drop_last=True)) for r in range(3)]
+    assert [len(s) for s in dropped] == [3, 3, 3] and 9 not in sum(dropped, [])
+    halves = [list(DistributedSampler(range(513), 2, r, shuffle=False)) for r in range(2)]
+    assert [len(h) for h in halves] == [257, 257] and sum(halves, []).count(0) == 2
+
+
+def test_a_dataloader_takes_a_sampler_or_shuffle_not_both():
+    # 04-24c: DataLoader(..., shuffle=True, sampler=...) raises ValueError.
+    from torch.utils.data import DataLoader
+    from torch.utils.data.distributed import DistributedSampler
+
+    data = list(range(8))
+    with pytest.raises(ValueError, match="mutually exclusive"):
+        DataLoader(data, shuffle=True, sampler=DistributedSampler(data, 2, 0))
+
+
+def test_set_epoch_reproduces_an_epochs_order_in_a_fresh_sampler():
+    # 04-29: a restarted job's new sampler, told the epoch, draws that epoch's order.
+    from torch.utils.data.distributed import DistributedSampler
+
+    first = DistributedSampler(range(20), 2, 1)
+    orders = []
+    for epoch in range(3):
+        first.set_epoch(epoch)
+        orders.append(list(first))
+    fresh = DistributedSampler(range(20), 2, 1)
+    fresh.set_epoch(2)
+    assert list(fresh) == orders[2] != orders[1]
+
+
+def test_eval_no_grad_dropout_and_momentum_behave_as_the_lessons_say():
+    # 04-07, 04-14, 04-25: eval() makes dropout the identity and BatchNorm use its running
+    # statistics; no_grad() records no graph; dropout draws from the global generator (the
+    # same seed, the same masks); SGD's momentum buffers are in optimizer.state_dict().
+    import torch
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.BatchNorm1d(3), torch.nn.Dropout())
+    net[1].running_mean.fill_(1.0)
+    x = torch.randn(5, 3)
+    net.eval()
+    with torch.no_grad():
+        out = net(x)
+    want = (net[0](x) - 1.0) / torch.sqrt(net[1].running_var + net[1].eps)
+    assert out.grad_fn is None and not out.requires_grad
+    assert torch.allclose(out.detach(), want * net[1].weight + net[1].bias, atol=1e-6)
+    drop = torch.nn.Dropout()
+    masks = []
+    for _ in range(2):
+        torch.manual_seed(7)
+        masks.append(drop(torch.ones(20)))
+    assert torch.equal(masks[0], masks[1])
+    opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    net.train()
+    net(x).sum().backward()
+    opt.step()
+    assert all("momentum_buffer" in s for s in opt.state_dict()["state"].values())
+
+
+def test_a_post_accumulate_grad_hook_sees_the_finished_gradient():
+    # 03-80: register_post_accumulate_grad_hook runs once .grad holds the whole gradient.
+    import torch
+
+    p = torch.nn.Parameter(torch.ones(3))
+    seen = []
+    p.register_post_accumulate_grad_hook(lambda q: seen.append(q.grad.clone()))
+    (p * 2).sum().backward()
+    assert len(seen) == 1 and torch.equal(seen[0], p.grad)
+
+
+def test_sync_batchnorm_replaces_every_batchnorm_and_needs_a_gpu_to_train():
+    # 03-43: convert_sync_batchnorm replaces each BatchNorm; with a group on CPU, a training
+    # forward of SyncBatchNorm raises, an evaluation forward runs.
+    import torch
+
+    net = torch.nn.Sequential(
+        torch.nn.BatchNorm1d(2), torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2)
+    )
+    synced = torch.nn.SyncBatchNorm.convert_sync_batchnorm(net)
+    kinds = [type(m).__name__ for m in synced]
+    assert kinds == ["SyncBatchNorm", "Linear", "SyncBatchNorm"]
+    assert launch(_sync_batchnorm_forwards, nprocs=2)[0] == ["ValueError", "ran"]
+
+
+def _sync_batchnorm_forwards() -> list:
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    norm = torch.nn.SyncBatchNorm(2)
+    found = []
+    for train in (True, False):
+        norm.train(train)
+        try:
+            norm(torch.randn(4, 2))
+            found.append("ran")
+        except ValueError:
+            found.append("ValueError")
+    dist.destroy_process_group()
+    return found

@@ -1,0 +1,103 @@
+"""Claims the lessons make about the process group and its collectives on gloo, and about
+DistributedSampler, shown on the pinned torch (docs/claims.md names each claim's cell)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from ddp_helpers import DistributedError, launch
+
+
+def _average_on_gloo() -> list[float]:
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    t = torch.tensor([float(dist.get_rank() + 1)])
+    dist.all_reduce(t, op=dist.ReduceOp.AVG)
+    dist.destroy_process_group()
+    return t.tolist()
+
+
+def test_gloo_averages_with_reduce_op_avg():
+    # 02-14, 02-40: AVG works on gloo in the pinned torch (a sum, then a division), though
+    # ReduceOp's docstring still says "only available with the NCCL backend".
+    import torch.distributed as dist
+
+    assert list(launch(_average_on_gloo, nprocs=3)) == [[2.0]] * 3
+    assert "``AVG`` is only available with the ``NCCL`` backend" in dist.ReduceOp.__doc__
+
+
+def _gather_unequal() -> None:
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    mine = torch.zeros(dist.get_rank() + 1)  # 1 value on rank 0, 2 on rank 1
+    dist.all_gather([torch.zeros_like(mine) for _ in range(2)], mine)
+    dist.destroy_process_group()
+
+
+def test_all_gather_of_unequal_sizes_fails_on_gloo():
+    # 04-50: all_gather takes one size on every rank (on gloo a rank raises or aborts and
+    # the others wait; nccl's takes other sizes through a broadcast path: a source row in
+    # docs/claims.md).
+    with pytest.raises(DistributedError):
+        launch(_gather_unequal, nprocs=2, timeout=10)
+
+
+def _store_timeout(backend: str | None) -> float:
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    dist.init_process_group(backend) if backend else dist.init_process_group()
+    seconds = c10d._get_default_store().timeout.total_seconds()
+    dist.destroy_process_group()
+    return seconds
+
+
+def test_the_default_timeout_is_thirty_minutes_and_set_before_the_backend_is_chosen():
+    # 02-06: 30 minutes by default; a bare init_process_group() gets it as "undefined"
+    # before the backend is picked (nccl's 10 minutes: a source row, no NCCL here).
+    from torch.distributed import Backend
+    from torch.distributed.distributed_c10d import _get_default_timeout
+
+    assert _get_default_timeout(Backend("undefined")) == timedelta(minutes=30)
+    assert _get_default_timeout(Backend.GLOO) == timedelta(minutes=30)
+    assert launch(_store_timeout, None, nprocs=2)[0] == 1800.0
+    assert launch(_store_timeout, "gloo", nprocs=2)[0] == 1800.0
+
+
+@pytest.mark.parametrize(
+    "n, world, shares",
+    [
+        (10, 3, [[0, 3, 6, 9], [1, 4, 7, 0], [2, 5, 8, 1]]),
+        (2, 5, [[0], [1], [0], [1], [0]]),
+    ],
+)
+def test_the_sampler_pads_by_repeating_from_the_start_and_deals_like_cards(n, world, shares):
+    # 01-14, 04-24d: unshuffled, rank r gets r, r + W, ... of the list padded to
+    # ceil(n / W) * W by repeating it from its start.
+    from torch.utils.data.distributed import DistributedSampler
+
+    got = [list(DistributedSampler(range(n), world, r, shuffle=False)) for r in range(world)]
+    assert got == shares
+
+
+def test_the_sampler_shuffles_from_seed_plus_epoch():
+    # 04-03: every rank draws the same order from seed + epoch; without set_epoch every
+    # epoch repeats epoch 0's.
+    import torch
+    from torch.utils.data.distributed import DistributedSampler
+
+    sampler = DistributedSampler(range(12), num_replicas=3, rank=1, seed=5)
+    for epoch in (0, 2):
+        sampler.set_epoch(epoch)
+        order = torch.randperm(12, generator=torch.Generator().manual_seed(5 + epoch)).tolist()
+        assert list(sampler) == order[1::3]
+    again = DistributedSampler(range(12), num_replicas=3, rank=1, seed=5)
+    assert list(again) == list(again)  # no set_epoch: the same order every epoch
+    sampler.set_epoch(0)
+    assert list(again) == list(sampler)

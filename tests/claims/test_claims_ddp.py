@@ -1,0 +1,260 @@
+"""Claims the lessons make about DistributedDataParallel, shown on the pinned torch.
+
+Each test runs DDP on gloo ranks (the course's launcher) and asserts the behaviour a
+lesson states; docs/claims.md names the cell of each claim and its test here. A test that
+fails on another torch release (make compat) means that lesson's sentence no longer holds
+there.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ddp_helpers import launch
+
+
+def _counting_hook(calls: list):
+    """A communication hook that counts the buckets it all-reduces, and averages them as
+    DDP's own does (divide, then sum)."""
+    import torch.distributed as dist
+
+    def hook(state, bucket):
+        calls.append(bucket.index())
+        future = dist.all_reduce(bucket.buffer().div_(dist.get_world_size()), async_op=True)
+        return future.get_future().then(lambda f: f.value()[0])
+
+    return hook
+
+
+def _all_reduces_with_no_sync(around: str) -> int:
+    """All-reduces of one step with `no_sync()` around its forward, or its backward only."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    model, calls = DDP(torch.nn.Linear(4, 2)), []
+    model.register_comm_hook(None, _counting_hook(calls))
+    x = torch.randn(3, 4)
+    if around == "forward":
+        with model.no_sync():
+            loss = model(x).sum()
+        loss.backward()
+    else:
+        loss = model(x).sum()
+        with model.no_sync():
+            loss.backward()
+    dist.destroy_process_group()
+    return len(calls)
+
+
+def test_no_sync_is_decided_at_forward_time():
+    # 03-35, 03-37: the forward inside no_sync() is what skips the all-reduce; a backward
+    # inside it, after a forward outside, all-reduces all the same.
+    assert list(launch(_all_reduces_with_no_sync, "forward", nprocs=2)) == [0, 0]
+    assert list(launch(_all_reduces_with_no_sync, "backward", nprocs=2)) == [1, 1]
+
+
+def _reducer_arithmetic(config: str, steps: int = 3) -> list[str]:
+    """Each step, whether DDP's averaged gradients equal, bit for bit, those of a hook that
+    multiplies each bucket by 1 / world size, or of one that divides it by world size (the
+    two differ in the last bit on 3 ranks), from the same weights and data."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo")
+    world, rank = dist.get_world_size(), dist.get_rank()
+
+    def model(scale: str | None):
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4))
+        kwargs = {"gradient_as_bucket_view": config.startswith("bucket_view")}
+        if config == "batched_grad_copy":
+            kwargs["batched_grad_copy"] = True
+        ddp = DDP(net, **kwargs)
+        if scale is not None:
+
+            def hook(state, bucket, scale=scale):
+                buf = bucket.buffer()
+                buf.mul_(1 / world) if scale == "multiply" else buf.div_(world)
+                return dist.all_reduce(buf, async_op=True).get_future().then(lambda f: f.value()[0])
+
+            ddp.register_comm_hook(None, hook)
+        return ddp
+
+    models = {"ddp": model(None), "multiply": model("multiply"), "divide": model("divide")}
+    torch.manual_seed(rank + 1)
+    found = []
+    for _ in range(steps):
+        x, y = torch.randn(5, 8), torch.randn(5, 4)
+        for ddp in models.values():
+            for p in ddp.parameters():  # zero_grad(set_to_none=...), as the config says
+                if p.grad is not None and config == "bucket_view_zeroed":
+                    p.grad.zero_()
+                else:
+                    p.grad = None
+            torch.nn.functional.mse_loss(ddp(x), y).backward()
+        grads = {k: [p.grad for p in m.parameters()] for k, m in models.items()}
+        same = [
+            k
+            for k in ("multiply", "divide")
+            if all(torch.equal(a, b) for a, b in zip(grads["ddp"], grads[k], strict=True))
+        ]
+        found.append(same[0] if len(same) == 1 else "neither")
+    dist.destroy_process_group()
+    return found
+
+
+@pytest.mark.parametrize(
+    "config, steps",
+    [
+        ("default", ["multiply"] * 3),
+        ("bucket_view", ["multiply"] * 3),  # .grad set to None each step: no view kept
+        ("bucket_view_zeroed", ["multiply", "divide", "divide"]),  # .grad a bucket's view
+        ("batched_grad_copy", ["divide"] * 3),
+    ],
+)
+def test_the_reducer_multiplies_by_one_over_world_size_unless_grads_are_views(config, steps):
+    # 03-27, 03-61 (3.6), mini_ddp's mini_divided: the reducer multiplies a gradient copied
+    # into its bucket by 1 / world size; it divides the bucket where .grad is a view into
+    # it (gradient_as_bucket_view=True, and .grad kept by zero_grad(set_to_none=False): from
+    # the second step) and with batched_grad_copy=True.
+    assert launch(_reducer_arithmetic, config, nprocs=3)[0] == steps
+
+
+def _bucket_layouts(bucket_cap_mb) -> list[list[list[str]]]:
+    """The buckets of DDP's first two steps, each a list of parameter names, for a model
+    that uses its modules in the reverse of the order it registers them."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    class LastRegisteredFirst(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.late = torch.nn.Linear(512, 512)  # registered first, used last: 1 MiB + bias
+            self.early = torch.nn.Linear(512, 512)
+
+        def forward(self, x):
+            return self.late(torch.tanh(self.early(x)))
+
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    net = LastRegisteredFirst()
+    names = {id(p): n for n, p in net.named_parameters()}
+    kwargs = {} if bucket_cap_mb is None else {"bucket_cap_mb": bucket_cap_mb}
+    model, seen = DDP(net, **kwargs), []
+    hook = _counting_hook([])
+
+    def recording(state, bucket):
+        seen.append((bucket.index(), [names[id(p)] for p in bucket.parameters()]))
+        return hook(state, bucket)
+
+    model.register_comm_hook(None, recording)
+    layouts = []
+    for _ in range(2):
+        seen.clear()
+        model(torch.randn(4, 512)).sum().backward()
+        layouts.append([params for _, params in sorted(seen)])
+    dist.destroy_process_group()
+    return layouts
+
+
+def test_step_one_has_one_bucket_then_buckets_follow_the_order_gradients_were_ready():
+    # 03-30, 03-31, 03-61: the first step uses one bucket (nothing to overlap); from the
+    # second, buckets are rebuilt in the order step 1 produced the gradients (here `late`
+    # first, though registered first: not the reverse of parameters()), the first one
+    # closed at 1 MiB when bucket_cap_mb is not given.
+    first, second = launch(_bucket_layouts, None, nprocs=2)[0]
+    assert first == [["late.weight", "late.bias", "early.weight", "early.bias"]]
+    assert second == [["late.bias", "late.weight"], ["early.bias", "early.weight"]]
+    _, given = launch(_bucket_layouts, 25, nprocs=2)[0]
+    assert given == [["late.bias", "late.weight", "early.bias", "early.weight"]]  # 25 MiB
+
+
+def _unused_parameter_steps() -> dict:
+    """A model with a parameter no forward uses (`head`): whether step 1 averaged the used
+    one's gradient, then what step 2 does."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+
+    class Unused(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body, self.head = torch.nn.Linear(4, 4), torch.nn.Linear(4, 1)
+
+        def forward(self, x):
+            return self.body(x).sum()  # head is never used
+
+    torch.manual_seed(0)
+    model = DDP(Unused())
+    torch.manual_seed(rank + 1)
+    model(torch.randn(2, 4)).backward()
+    grad = model.module.body.weight.grad.clone()
+    both = [torch.zeros_like(grad) for _ in range(2)]
+    dist.all_gather(both, grad)
+    found = {"step1_averaged": torch.equal(both[0], both[1])}
+    try:
+        model(torch.randn(2, 4)).backward()
+        found["step2"] = "ran"
+    except RuntimeError as exc:
+        found["step2"] = "raised" if "finished reduction in the prior" in str(exc) else str(exc)
+    dist.destroy_process_group()
+    return found
+
+
+def test_an_unused_parameter_leaves_step_one_unaveraged_and_step_two_raises():
+    # 03-43: with a parameter no forward uses (find_unused_parameters=False), step 1
+    # silently does not average (its bucket never completes), and step 2's forward raises.
+    for found in launch(_unused_parameter_steps, nprocs=2, timeout=60):
+        assert found == {"step1_averaged": False, "step2": "raised"}
+
+
+def _buffers_after_forwards(sync: bool) -> list[bool]:
+    """Whether BatchNorm's running mean is equal on both ranks after each of: a training
+    forward and backward on different data, a no_grad forward, then (after rank 1 moves
+    its own statistics) another no_grad forward."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.BatchNorm1d(3))
+    kwargs = {} if sync else {"forward_sync_buffers": False}
+    model = DDP(net, **kwargs)
+
+    def equal() -> bool:
+        mean = model.module[1].running_mean.clone()
+        both = [torch.zeros_like(mean) for _ in range(2)]
+        dist.all_gather(both, mean)
+        return torch.equal(both[0], both[1])
+
+    torch.manual_seed(rank + 1)
+    model(torch.randn(8, 3) * (rank + 1)).sum().backward()
+    found = [equal()]
+    model.eval()
+    with torch.no_grad():
+        model(torch.randn(8, 3))  # broadcast first: the last forward had gradients
+        found.append(equal())
+        if rank == 1:
+            model.module[1].running_mean.add_(1.0)
+        model(torch.randn(8, 3))  # none: the last forward ran without gradients
+        found.append(equal())
+    dist.destroy_process_group()
+    return found
+
+
+def test_buffers_are_broadcast_before_a_forward_that_follows_one_with_gradients():
+    # 03-18, 03-32...03-39, 04-40...04-45: nothing averages buffers; rank 0's are broadcast
+    # before a forward when the previous one ran with gradients (outside no_sync); not
+    # after a forward without them; never with forward_sync_buffers=False.
+    assert launch(_buffers_after_forwards, True, nprocs=2)[0] == [False, True, False]
+    assert launch(_buffers_after_forwards, False, nprocs=2)[0] == [False, False, False]

@@ -1,0 +1,106 @@
+"""docs/claims.md against the lessons and the claims suite: every row's phrase is still in
+its cell, every test it names exists, every source holds its quote; and every test of the
+suite backs a row."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from ddp_helpers.paths import ROOT
+
+CLAIMS = ROOT / "docs" / "claims.md"
+ROW = re.compile(
+    r"^\| (?P<cell>[\w-]+) \| (?P<phrase>.+?) \| (?P<claim>.+?) \| (?P<evidence>.+) \|$"
+)
+SOURCE = re.compile(
+    r'^source: torch/(?P<path>\S+):(?P<first>\d+)(?:-(?P<last>\d+))? "(?P<quote>.+)"$'
+)
+
+
+def _rows() -> list[dict]:
+    rows, notebook = [], None
+    for line in CLAIMS.read_text().splitlines():
+        if line.startswith("## solutions/"):
+            notebook = line.removeprefix("## ").strip()
+        match = ROW.match(line)
+        if match and match["cell"] not in ("cell", "---"):
+            fields = {k: v.replace("\\|", "|") for k, v in match.groupdict().items()}
+            rows.append({**fields, "notebook": notebook})
+    return rows
+
+
+def _cells(notebook: str) -> dict[str, str]:
+    nb = json.loads((ROOT / notebook).read_text())
+    return {c["id"]: "".join(c["source"]) for c in nb["cells"]}
+
+
+ROWS = _rows()
+
+
+def test_the_file_has_the_claims_of_every_lesson():
+    notebooks = {row["notebook"] for row in ROWS}
+    assert notebooks == {str(p.relative_to(ROOT)) for p in (ROOT / "solutions").glob("0*.ipynb")}
+    assert len(ROWS) > 100
+
+
+def test_every_rows_phrase_is_still_in_its_cell():
+    cells = {nb: _cells(nb) for nb in {row["notebook"] for row in ROWS}}
+    gone = [
+        f"{row['notebook']} {row['cell']}: {row['phrase']!r}"
+        for row in ROWS
+        if row["phrase"] not in cells[row["notebook"]].get(row["cell"], "")
+    ]
+    assert not gone, "claims rewritten without their rows in docs/claims.md:\n" + "\n".join(gone)
+
+
+def _tests_in(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    return {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+
+
+def test_every_test_named_exists_and_every_claims_test_backs_a_row():
+    named = {
+        row["evidence"].removeprefix("test: ")
+        for row in ROWS
+        if row["evidence"].startswith("test: ")
+    }
+    for name in named:
+        path, _, test = name.partition("::")
+        assert test in _tests_in(ROOT / path), name
+    suite = {
+        f"tests/claims/{path.name}::{test}"
+        for path in (ROOT / "tests" / "claims").glob("test_claims_*.py")
+        if path.name != "test_claims_doc.py"
+        for test in _tests_in(path)
+        if test.startswith("test_")
+    }
+    assert not suite - named, f"tests backing no row of docs/claims.md: {sorted(suite - named)}"
+
+
+@pytest.mark.parametrize(
+    "row", [r for r in ROWS if r["evidence"].startswith("source: ")], ids=lambda r: r["cell"]
+)
+def test_every_source_holds_its_quote_in_the_installed_torch(row):
+    import torch
+
+    match = SOURCE.match(row["evidence"])
+    assert match, row["evidence"]
+    path = Path(torch.__file__).parent / match["path"]
+    lines = path.read_text(errors="replace").splitlines()
+    first = int(match["first"])
+    last = int(match["last"] or first)
+    quote = match["quote"].replace('\\"', '"')
+    assert quote in "\n".join(lines[first - 1 : last]), (row["evidence"], lines[first - 1 : last])
+
+
+def test_the_pending_rows_are_counted(capsys):
+    pending = [row for row in ROWS if row["evidence"] == "pending"]
+    known = [row for row in ROWS if row["evidence"].split(":")[0] in ("test", "source", "measured")]
+    assert len(pending) + len(known) == len(ROWS)  # no other kind of evidence
+    with capsys.disabled():
+        print(f"\ndocs/claims.md: {len(known)} claims backed, {len(pending)} pending")
