@@ -159,6 +159,10 @@ def bytes_of_the_whole_tensor_each_way(params, world_size):
     return 2 * 4 * params
 
 
+def bytes_of_the_whole_tensor_at_every_step(params, world_size):
+    return 2 * (world_size - 1) * 4 * params  # not one N-th of it a step
+
+
 def bytes_sent_to_every_rank(params, world_size):
     return (world_size - 1) * 4 * params
 
@@ -181,6 +185,7 @@ SWEEP_3_5 = (
         (bytes_counting_gradients, "bytes_no_float"),
         (bytes_of_the_reduce_scatter_only, "bytes_one_pass"),
         (bytes_of_the_whole_tensor_each_way, "bytes_whole_tensor"),
+        (bytes_of_the_whole_tensor_at_every_step, "bytes_whole_each_step"),
         (bytes_sent_to_every_rank, "bytes_to_everyone"),
         (bytes_of_the_tensor_once, "bytes_other"),
     ],
@@ -196,6 +201,15 @@ def _lengths(values):
     lengths = [torch.zeros_like(n) for _ in range(dist.get_world_size())]
     dist.all_gather(lengths, n)
     return [int(k) for k in lengths]
+
+
+def gather_as_a_list(values):
+    lengths = _lengths(values)
+    padded = values.new_zeros(max(lengths))
+    padded[: len(values)] = values
+    parts = [torch.zeros_like(padded) for _ in lengths]
+    dist.all_gather(parts, padded)
+    return [v for part, n in zip(parts, lengths, strict=True) for v in part[:n].tolist()]
 
 
 def gather_without_padding(values):
@@ -275,6 +289,7 @@ SWEEP_4_7 = (
         (gather_for_rank_zero_only, "gather_disagree"),
         (gather_in_reverse, "gather_order"),
         (gather_padded_with_floats, "gather_dtype"),
+        (gather_as_a_list, "gather_not_tensor"),
     ],
     [gather_as_objects, gather_with_a_mask],
 )
@@ -369,6 +384,16 @@ class MiniLaunchingInFinish(_Mini):
         super().finish()
 
 
+class MiniReducingEachGradient(_Mini):
+    def hook(self, i, offset):
+        def ready(p):
+            part = self.flats[i][offset : offset + p.numel()]
+            part.copy_(self.scaled(p.grad))
+            self.works.append(dist.all_reduce(part, async_op=True))  # a call per parameter
+
+        return ready
+
+
 class MiniWaitingInTheHook(_Mini):
     def launch(self, i):
         dist.all_reduce(self.flats[i], async_op=True).wait()  # async in name only
@@ -461,6 +486,7 @@ SWEEP_3_6 = (
         (MiniReducingAgainInFinish, "mini_twice"),
         (MiniLaunchingInFinish, "mini_late"),
         (MiniWaitingInTheHook, "mini_waited"),
+        (MiniReducingEachGradient, "mini_split"),
         (MiniLaunchingAtTheLastGradient, "mini_bunched"),
         (MiniInForwardOrder, "mini_order"),
         (MiniSummed, "mini_not_divided"),

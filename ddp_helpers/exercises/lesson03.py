@@ -280,6 +280,11 @@ MESSAGES = messages(
             "of it, 2(N - 1) steps in all."
         ),
         "bytes_whole_tensor.title": "the whole tensor at each step",
+        "bytes_whole_each_step": (
+            "{got:.0f} bytes sends the whole tensor at each of the 2(N - 1) steps; in a ring "
+            "each step sends one N-th of it."
+        ),
+        "bytes_whole_each_step.title": "the whole tensor at each of the 2(N - 1) steps",
         "bytes_to_everyone": (
             "{got:.0f} bytes sends every other rank the whole tensor, as a naive exchange "
             "would; the ring sends less than twice the tensor, whatever N."
@@ -695,24 +700,35 @@ def bytes_sent(params, world_size):
 BYTES_CASES = ((1_000_000, 2), (1_000_000, 4), (1_059_841, 8), (10, 1))
 
 
+def _ring_bytes(params: int, world: int) -> float:
+    return 2 * (world - 1) / world * 4 * params
+
+
+# What other formulas give, each a mistake of its own: named only when the answer gives
+# that formula's number in every case (at 2 ranks several coincide: 4P is the right one).
+BYTES_WRONG = {
+    "bytes_no_float": lambda p, w: _ring_bytes(p, w) / 4,
+    "bytes_one_pass": lambda p, w: _ring_bytes(p, w) / 2,
+    "bytes_whole_tensor": lambda p, w: 2 * 4 * p,
+    "bytes_whole_each_step": lambda p, w: 2 * (w - 1) * 4 * p,
+    "bytes_to_everyone": lambda p, w: (w - 1) * 4 * p,
+}
+
+
+def _close(got, value) -> bool:
+    return isinstance(got, (int, float)) and abs(got - value) <= 1e-6 * max(value, 1)
+
+
 def _check_bytes(fn) -> Phrase:
-    for (params, world), got in zip(BYTES_CASES, answers_to(fn, BYTES_CASES), strict=True):
-        want = 2 * (world - 1) / world * 4 * params
-        if isinstance(got, (int, float)) and abs(got - want) <= 1e-6 * max(want, 1):
+    answers = list(answers_to(fn, BYTES_CASES))
+    for (params, world), got in zip(BYTES_CASES, answers, strict=True):
+        if _close(got, _ring_bytes(params, world)):
             continue
-        fields = {"got": got, "params": params, "world": world}
-        if not isinstance(got, (int, float)) or world == 1:
-            raise Wrong("bytes_other", **fields)
-        wrong = {
-            "bytes_no_float": want / 4,
-            "bytes_one_pass": want / 2,
-            "bytes_whole_tensor": 2 * 4 * params,
-            "bytes_to_everyone": (world - 1) * 4 * params,
-        }
-        for key, value in wrong.items():
-            if abs(got - value) <= 1e-6 * value:
+        for key, formula in BYTES_WRONG.items():
+            made = [formula(p, w) for p, w in BYTES_CASES]
+            if all(_close(a, m) for a, m in zip(answers, made, strict=True)):
                 raise Wrong(key, got=got)
-        raise Wrong("bytes_other", **fields)
+        raise Wrong("bytes_other", got=got, params=params, world=world)
     cases = [
         Phrase("bytes_case", world=w, params=p, bytes=2 * (w - 1) / w * 4 * p)
         for p, w in BYTES_CASES[:2]
@@ -817,6 +833,7 @@ q5 = Exercise(
         "bytes_no_float": Mistake(hint="bytes_size"),
         "bytes_one_pass": Mistake(hint="bytes_ring"),
         "bytes_whole_tensor": Mistake(hint="bytes_ring"),
+        "bytes_whole_each_step": Mistake(hint="bytes_ring"),
         "bytes_to_everyone": Mistake(hint="bytes_ring"),
         "bytes_other": Mistake(hint="bytes_ring"),
     },

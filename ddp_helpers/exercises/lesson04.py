@@ -182,6 +182,12 @@ MESSAGES = messages(
             "twice."
         ),
         "eval_padding.title": "the sampler's padding counted twice",
+        "eval_counted_extra": (
+            "It counted {total} examples for a data set of {n}: {extra} more than it holds, "
+            "so some examples were counted twice. Give each rank its own share, every "
+            "example in exactly one."
+        ),
+        "eval_counted_extra.title": "some examples counted twice",
         "eval_dropped": (
             "It counted {total} examples for a data set of {n}: {missing} item(s) were never "
             "evaluated (drop_last?). Every held-out example counts once."
@@ -238,6 +244,12 @@ MESSAGES = messages(
         "save_none.title": "nothing written",
         "save_keys": "Save a dict with 'model', 'optimizer' and 'epoch'; the keys were {keys}.",
         "save_keys.title": "not a dict of model, optimizer and epoch",
+        "save_whole": (
+            "The checkpoint's '{what}' is the {kind} object itself, saved whole: loading it "
+            "needs the class's code, and it pickles more than the tensors. Save `{call}` "
+            "instead."
+        ),
+        "save_whole.title": "a model or optimizer saved whole, not its state_dict",
         "save_prefix": "The saved model keys start with `module.` ({key!r}).",
         "save_prefix.title": "DDP's state_dict saved (keys start with `module.`)",
         "save_strict": "A plain model could not load the saved weights: {error}",
@@ -371,6 +383,11 @@ MESSAGES = messages(
             "dtype (values.new_zeros)."
         ),
         "gather_dtype.title": "another dtype",
+        "gather_not_tensor": (
+            "gather_all returned a {got}, not a tensor: return one 1-D tensor of all the "
+            "ranks' values (torch.cat of the gathered parts)."
+        ),
+        "gather_not_tensor.title": "not a tensor",
         "gather_ok": (
             "On 3 ranks holding 5, 0 and 3 values and on 2 ranks holding 4 and 4, float "
             "and integer: every rank returned every rank's values, in rank order."
@@ -581,6 +598,7 @@ def _evaluate_harness(evaluate, n):
         data = _eval_data(n)
         want = _count_alone(model.module, data) if rank == 0 else None
         model.module[0].calls.clear()
+        samplers = _count_samplers()
         got = evaluate(model, data)
         try:
             got = tuple(int(v) for v in got)
@@ -592,21 +610,37 @@ def _evaluate_harness(evaluate, n):
             "calls": model.module[0].calls,
             "training_after": model.training,
             "stats": [b.tolist() for b in model.module[2].buffers()],
+            "samplers": len(samplers),
         }
 
 
-def _judge_counts(answers, n: int, ranks: int) -> None:
+def _count_samplers() -> list:
+    """In a rank: the DistributedSamplers made from now on (evaluate's), one entry each."""
+    from torch.utils.data.distributed import DistributedSampler
+
+    made, real = [], DistributedSampler.__init__
+
+    def init(self, *args, **kwargs):
+        made.append(1)
+        real(self, *args, **kwargs)
+
+    DistributedSampler.__init__ = init
+    return made
+
+
+def _judge_counts(answers, n: int, ranks: int, sampler: bool) -> None:
+    """The total's mistake; the sampler's padding named only where a sampler was used."""
     correct, total = answers[0]
     padded = -(-n // ranks) * ranks
     if total != n:
         args = dict(total=total, n=n, extra=padded - n, missing=n - total)
-        if total == padded:
+        if total == padded and sampler:
             raise Wrong("eval_padding", **args)
         if total in {len(range(r, n, ranks)) for r in range(ranks)} | {padded // ranks}:
             raise Wrong("eval_share", **args)
         if total < n:
             raise Wrong("eval_dropped", **args)
-        raise Wrong("eval_padding", **args)
+        raise Wrong("eval_counted_extra", **{**args, "extra": total - n})
 
 
 # 517 on 2 ranks: shares of 259 and 258 rows, so no batch of 128 leaves a single row
@@ -644,7 +678,7 @@ def _check_evaluate(fn, cases=EVALUATE_CASES) -> Phrase:
         want = results[0]["want"]
         if any(r["stats"] != results[0]["stats"] for r in results):
             raise Wrong("eval_own_stats", got=answers[0][0], want=want)
-        _judge_counts(answers, n, ranks)
+        _judge_counts(answers, n, ranks, any(r["samplers"] for r in results))
         if answers[0][0] != want:
             raise Wrong("eval_correct", n=n, got=answers[0][0], want=want)
         counted.append(Phrase("eval_case", want=want, n=n))
@@ -738,7 +772,14 @@ def _save_harness(save_checkpoint, folder):
             info["written_at"] = os.stat(rank0_file).st_mtime
             ckpt = torch.load(rank0_file, map_location="cpu", weights_only=False)
             info["keys"] = sorted(ckpt) if isinstance(ckpt, dict) else type(ckpt).__name__
-            if isinstance(ckpt, dict) and {"model", "optimizer", "epoch"} <= set(ckpt):
+            whole = [
+                (what, type(ckpt[what]).__name__)
+                for what in ("model", "optimizer")
+                if isinstance(ckpt, dict) and what in ckpt and not isinstance(ckpt[what], dict)
+            ]
+            if whole:  # a module or an optimizer itself: not a state_dict to look into
+                info["whole"] = list(whole[0])
+            elif isinstance(ckpt, dict) and {"model", "optimizer", "epoch"} <= set(ckpt):
                 info["first_key"] = next(iter(ckpt["model"]), "")
                 bare = _make_net()
                 try:
@@ -784,6 +825,10 @@ def _check_save(fn) -> Phrase:
             if r["went_on_at"] < written_at:
                 raise Wrong("save_barrier", rank=rank)
         info = results[0]
+        if "whole" in info:
+            what, kind = info["whole"]
+            call = "model.module.state_dict()" if what == "model" else "optimizer.state_dict()"
+            raise Wrong("save_whole", what=what, kind=kind, call=call)
         keys = info.get("keys")
         if not isinstance(keys, list) or not {"model", "optimizer", "epoch"} <= set(keys):
             raise Wrong("save_keys", keys=keys)
@@ -873,12 +918,21 @@ def quiz_answers():
     return {1: "b", 2: "a", 3: "c", 4: "a"}
 
 
+def _letter(answer) -> str:
+    """'b' for 'b', 'B', 'b)', '(b)' or 'b.': an answer in the form the prompt prints it."""
+    import re
+
+    text = str(answer).strip().lower()
+    found = re.fullmatch(r"\(?([a-z])[).:]?", text)
+    return found.group(1) if found else text
+
+
 def _check_quiz(fn) -> Phrase:
     got = run_answer(call, fn)
     if not isinstance(got, dict):
         raise Wrong("quiz_shape", n=len(QUIZ))
     for q, right in QUIZ.items():
-        answer = str(got.get(q, got.get(str(q), ""))).strip().lower()
+        answer = _letter(got.get(q, got.get(str(q), "")))
         if answer != right:
             raise Wrong("quiz_wrong", q=q, why=Phrase(f"quiz_why_{q}"))
     return Phrase("quiz_ok", n=len(QUIZ))
@@ -915,25 +969,33 @@ class _SizesDiffer(Exception):
 
 
 def _spy_on_all_gather() -> None:
-    """Before each all_gather, compare the ranks' sizes: unequal, every rank raises alike
-    (gloo itself would abort one rank or hang the others)."""
+    """Before each all_gather (or all_gather_into_tensor), compare the ranks' sizes:
+    unequal, every rank raises alike (gloo itself would abort one rank or hang the others)."""
     import torch
     import torch.distributed as dist
 
-    real = dist.all_gather
+    real, into = dist.all_gather, dist.all_gather_into_tensor
 
-    def all_gather(tensor_list, tensor, *args, **kwargs):
+    def same_sizes(tensor) -> None:
         size = torch.tensor([tensor.numel()])
         sizes = [torch.zeros_like(size) for _ in range(dist.get_world_size())]
         real(sizes, size)
         if len({int(n) for n in sizes}) > 1:
             raise _SizesDiffer([int(n) for n in sizes])
+
+    def all_gather(tensor_list, tensor, *args, **kwargs):
+        same_sizes(tensor)
         return real(tensor_list, tensor, *args, **kwargs)
 
-    dist.all_gather = all_gather
+    def all_gather_into_tensor(output, tensor, *args, **kwargs):
+        same_sizes(tensor)
+        return into(output, tensor, *args, **kwargs)
+
+    dist.all_gather, dist.all_gather_into_tensor = all_gather, all_gather_into_tensor
 
 
 def _gather_harness(fn, lengths, dtype):
+    import torch
     import torch.distributed as dist
 
     with process_group():
@@ -942,6 +1004,8 @@ def _gather_harness(fn, lengths, dtype):
             got = fn(_gather_values(dist.get_rank(), lengths, dtype))
         except _SizesDiffer as exc:
             return {"sizes": exc.args[0]}
+        if not isinstance(got, torch.Tensor):
+            return {"returned": type(got).__name__}
         return {"values": got.tolist(), "dtype": str(got.dtype).removeprefix("torch.")}
 
 
@@ -956,6 +1020,8 @@ def _check_gather(fn) -> Phrase:
             if "sizes" in run:
                 sizes = and_list(run["sizes"])
                 raise Wrong("gather_sizes", ranks=ranks, lengths=shown, sizes=sizes)
+            if "returned" in run:
+                raise Wrong("gather_not_tensor", got=run["returned"])
         for rank, run in enumerate(runs[1:], 1):
             if run != runs[0]:
                 raise Wrong("gather_disagree", ranks=ranks, rank=rank)
@@ -1018,6 +1084,7 @@ q4 = Exercise(
         "eval_shape": Mistake(hint="eval_reduce"),
         "eval_train_mode": Mistake(hint="eval_mode"),
         "eval_not_restored": Mistake(hint="eval_mode"),
+        "eval_counted_extra": Mistake(hint="eval_no_padding"),
         "eval_everything": Mistake(hint="eval_reduce"),
         "eval_idle": Mistake(hint="eval_reduce"),
         "eval_disagree": Mistake(hint="eval_reduce"),
@@ -1046,6 +1113,7 @@ q5 = Exercise(
         "save_not_zero": Mistake(hint="save_one_writer"),
         "save_barrier": Mistake(hint="save_barrier"),
         "save_keys": Mistake(hint="save_one_writer"),
+        "save_whole": Mistake(hint="save_one_writer"),
         "save_prefix": Mistake(hint="save_module"),
         "save_strict": Mistake(hint="save_module"),
         "save_weights": Mistake(hint="save_one_writer"),
@@ -1088,6 +1156,7 @@ q7 = Exercise(
         "gather_disagree": Mistake(hint="gather_every_rank"),
         "gather_order": Mistake(hint="gather_every_rank"),
         "gather_dtype": Mistake(hint="gather_pad"),
+        "gather_not_tensor": Mistake(hint="gather_pad"),
         "hang": Mistake(hint="gather_every_rank"),
         "mismatch": Mistake(hint="gather_every_rank"),
     },

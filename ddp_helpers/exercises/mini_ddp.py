@@ -64,6 +64,11 @@ MESSAGES = messages(
             "all-reduced more than once."
         ),
         "mini_twice.title": "a bucket all-reduced twice",
+        "mini_split": (
+            "{calls} all_reduce calls for {buckets} buckets ({mb} MiB): a bucket's gradients "
+            "were all-reduced in parts, not as its one flat buffer. One all_reduce a bucket."
+        ),
+        "mini_split.title": "a bucket all-reduced in parts",
         "mini_late": (
             "Every all_reduce started after backward() had returned: launch each bucket "
             "from the hook that completes it, while backward goes on."
@@ -225,6 +230,7 @@ class _Spy:
 
         bound = inspect.signature(self._real).bind(tensor, *args, **kwargs)
         call = {"start": time.perf_counter(), "size": tensor.numel(), "end": None}
+        call["tensor"] = (tensor.data_ptr(), tensor.numel())  # the same tensor again: twice
         call["async"] = bool(bound.arguments.get("async_op", False))
         if self._keep:  # what the rank handed over, before the sum
             call["input"] = tensor.detach().clone()
@@ -328,7 +334,9 @@ def _judge(run: dict, world: int) -> None:
     if len(calls) < len(want_sizes):
         raise Wrong("mini_never", **counts)
     if len(calls) > len(want_sizes):
-        raise Wrong("mini_twice", **counts)
+        tensors = [c["tensor"] for c in calls]
+        twice = len(set(tensors)) < len(tensors)  # one buffer all-reduced again
+        raise Wrong("mini_twice" if twice else "mini_split", **counts)
     if calls[0]["start"] >= run["backward_end"]:
         raise Wrong("mini_late")
     if any(c.get("waited", run["backward_end"]) < run["backward_end"] for c in calls):
@@ -428,6 +436,7 @@ exercise = Exercise(
         "mini_twice": Mistake(hint="mini_finish"),
         "mini_late": Mistake(hint="mini_hook"),
         "mini_waited": Mistake(hint="mini_hook"),
+        "mini_split": Mistake(hint="mini_hook"),
         "mini_bunched": Mistake(hint="mini_hook"),
         "mini_order": Mistake(hint="mini_hook"),
         "mini_divided": Mistake(hint="mini_hook"),

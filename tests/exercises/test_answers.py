@@ -847,6 +847,22 @@ def evaluate_with_the_padding(model, dataset, batch_size=128):
     return int(counts[0]), int(counts[1])
 
 
+def evaluate_in_overlapping_blocks(model, dataset, batch_size=128):
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader, Subset
+
+    rank, world, n = dist.get_rank(), dist.get_world_size(), len(dataset)
+    per = -(-n // world) + 1  # one row too many: the blocks overlap, no sampler to blame
+    model.eval()
+    block = Subset(dataset, range(rank * (per - 1), min(n, rank * (per - 1) + per)))
+    with torch.no_grad():
+        counts = _count(model, DataLoader(block, batch_size), "cpu")
+    model.train()
+    dist.all_reduce(counts)
+    return int(counts[0]), int(counts[1])
+
+
 def evaluate_without_reducing(model, dataset, batch_size=128):
     import torch
     import torch.distributed as dist
@@ -1087,6 +1103,26 @@ def save_where_local_rank_is_zero(model, optimizer, epoch, path):
     if int(os.environ["LOCAL_RANK"]) == 0:  # one writer per machine
         state = {"model": model.module.state_dict(), "optimizer": optimizer.state_dict()}
         torch.save({**state, "epoch": epoch}, path)
+    dist.barrier()
+
+
+def save_the_module_whole(model, optimizer, epoch, path):
+    import torch
+    import torch.distributed as dist
+
+    if dist.get_rank() == 0:
+        state = {"model": model.module, "optimizer": optimizer.state_dict(), "epoch": epoch}
+        torch.save(state, path)
+    dist.barrier()
+
+
+def save_the_optimizer_whole(model, optimizer, epoch, path):
+    import torch
+    import torch.distributed as dist
+
+    if dist.get_rank() == 0:
+        state = {"model": model.module.state_dict(), "optimizer": optimizer, "epoch": epoch}
+        torch.save(state, path)
     dist.barrier()
 
 
@@ -1363,6 +1399,7 @@ SWEEP = {
             (evaluate_without_reducing, "eval_disagree"),
             (evaluate_with_the_module_everywhere, "eval_own_stats"),
             (evaluate_with_the_padding, "eval_padding"),
+            (evaluate_in_overlapping_blocks, "eval_counted_extra"),
             (evaluate_taking_rank_zeros_counts, "eval_share"),
             (evaluate_with_drop_last, "eval_dropped"),
             (evaluate_with_a_threshold, "eval_correct"),
@@ -1380,6 +1417,8 @@ SWEEP = {
             (save_without_a_barrier, "save_barrier"),
             (save_after_the_barrier, "save_barrier"),
             (save_weights_only, "save_keys"),
+            (save_the_module_whole, "save_whole"),
+            (save_the_optimizer_whole, "save_whole"),
             (save_with_the_prefix, "save_prefix"),
             (save_the_weights_without_the_biases, "save_strict"),
             (save_in_half_precision, "save_weights"),
@@ -1453,6 +1492,7 @@ PREDICTIONS = [
     ("3.3", lambda: 1, "ratio_other"),
     ("4.3", lambda: ["b", "a", "c", "a"], "quiz_shape"),
     ("4.3", lambda: {1: "a", 2: "a", 3: "c", 4: "a"}, "quiz_wrong"),
+    ("4.3", lambda: {1: "b)", 2: "(a)", 3: "C", 4: "b."}, "quiz_wrong"),
 ]
 
 
@@ -1559,6 +1599,10 @@ def test_a_wrong_quiz_answer_explains_the_concept_and_never_names_the_letter():
         text = str(result).lower()
         assert f"'{right}'" not in text and f"{right})" not in text and "answer is" not in text
     assert quiz.evaluate(lambda: {str(q): a.upper() for q, a in QUIZ.items()}).passed
+    # In the form the prompt prints its choices too: "b)", "(b)", "b."
+    for form in ("{})", "({})", "{}."):
+        answers = {q: form.format(a) for q, a in QUIZ.items()}
+        assert quiz.evaluate(lambda answers=answers: answers).passed, form
 
 
 # ---------------------------------------------------------------- not attempted means the stub
