@@ -203,12 +203,18 @@ def _lengths(values):
     return [int(k) for k in lengths]
 
 
-def gather_as_a_list(values):
+def _padded_parts(values):
+    """Every rank's values, padded to the longest and gathered: (parts, lengths)."""
     lengths = _lengths(values)
     padded = values.new_zeros(max(lengths))
     padded[: len(values)] = values
     parts = [torch.zeros_like(padded) for _ in lengths]
     dist.all_gather(parts, padded)
+    return parts, lengths
+
+
+def gather_as_a_list(values):
+    parts, lengths = _padded_parts(values)
     return [v for part, n in zip(parts, lengths, strict=True) for v in part[:n].tolist()]
 
 
@@ -219,11 +225,7 @@ def gather_without_padding(values):
 
 
 def gather_keeping_the_padding(values):
-    lengths = _lengths(values)
-    padded = values.new_zeros(max(lengths))
-    padded[: len(values)] = values
-    parts = [torch.zeros_like(padded) for _ in lengths]
-    dist.all_gather(parts, padded)
+    parts, _ = _padded_parts(values)
     return torch.cat(parts)
 
 
