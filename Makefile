@@ -6,7 +6,7 @@ PORT ?= 8888
 HOST ?= 127.0.0.1
 STAMP := $(VENV)/.installed
 
-.PHONY: lab notebook test lint system-deps system-packages setup-and-packages bench bench-grade bench-warm-up scaling soak restart-soak teardown-soak setup clean lock compat site
+.PHONY: lab notebook test lint system-deps system-packages setup-and-packages bench bench-grade bench-warm-up scaling soak restart-soak teardown-soak exit-soak setup clean lock compat site
 
 setup: $(STAMP)
 
@@ -134,6 +134,9 @@ restart-soak: $(STAMP)
 
 teardown-soak: $(STAMP)
 	$(BIN)/python benchmarks/gloo_teardown.py --runs 200
+
+exit-soak: $(STAMP)
+	$(BIN)/python benchmarks/exit_without_destroy.py --runs 40
 
 # The course as a static website in site/_build/html, for reading before installing anything:
 # the lessons with the solutions' stored outputs (nothing runs), checked for broken links and

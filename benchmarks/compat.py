@@ -51,7 +51,7 @@ FAULT_TESTS = (  # copied into one folder, where they import conftest as in test
 )
 # The claims suite (tests/claims): what the lessons say of torch, shown on this torch.
 CLAIMS_TESTS = tuple(
-    f"test_claims_{name}.py" for name in ("basics", "collectives", "ddp", "torchrun")
+    f"test_claims_{name}.py" for name in ("basics", "collectives", "ddp", "torchrun", "training")
 )
 PIP_TIMEOUT = 1800  # a cold cache downloads several GB
 
@@ -368,7 +368,7 @@ def run_claims(e: Environment, py: Path, work: Path, env: dict) -> None:
     install: the table says how many)."""
     folder = work / f"{e.name}-claims"
     (folder / "tests").mkdir(parents=True)
-    for name in CLAIMS_TESTS:
+    for name in (*CLAIMS_TESTS, "claims_support.py"):
         shutil.copy(ROOT / "tests" / "claims" / name, folder / "tests" / name)
     run([str(py), "-m", "pip", "install", "-q", "pytest"], env)
     cmd = [str(py), "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider", "-o", "addopts="]

@@ -281,6 +281,22 @@ def test_no_backend_on_a_cpu_machine_is_gloo_though_get_backend_says_undefined()
     assert launch(_automatic_backend, nprocs=2)[0] == ["undefined", "cpu:gloo"]
 
 
+@pytest.mark.parametrize("gpus", [1, 8])
+def test_the_automatic_choice_reads_the_accelerators_kind_and_registers_nccl_alone(
+    monkeypatch, gpus
+):
+    # 02-31: with no backend named, BackendConfig asks which kind of accelerator the machine
+    # has (not how many GPUs) and registers that kind's backend alone: on a CUDA machine,
+    # cuda:nccl and nothing for the CPU; "cpu:gloo,cuda:nccl" registers both.
+    import torch
+    from torch.distributed.distributed_c10d import Backend, BackendConfig
+
+    monkeypatch.setattr(torch._C, "_get_accelerator", lambda: torch.device("cuda"))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    assert str(BackendConfig(Backend(Backend.UNDEFINED))) == "cuda:nccl"
+    assert str(BackendConfig(Backend("cpu:gloo,cuda:nccl"))) == "cpu:gloo,cuda:nccl"
+
+
 def _nccl_here() -> str:
     import torch.distributed as dist
 

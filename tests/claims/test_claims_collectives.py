@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from claims_support import plain_job
 
 from ddp_helpers import DistributedError, launch
 
@@ -101,3 +102,96 @@ def test_the_sampler_shuffles_from_seed_plus_epoch():
     assert list(again) == list(again)  # no set_epoch: the same order every epoch
     sampler.set_epoch(0)
     assert list(again) == list(sampler)
+
+
+def _mismatched() -> str:
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    if dist.get_rank() == 0:
+        dist.barrier()  # the barrier inside rank 0's save branch
+    else:
+        dist.all_reduce(torch.ones(3))  # the next epoch's all-reduce
+    return "moved on"
+
+
+def test_a_barrier_met_by_another_ranks_all_reduce_waits_until_stopped(monkeypatch):
+    # 02-25: without TORCH_DISTRIBUTED_DEBUG=DETAIL, ranks in different collectives wait
+    # (until the group's timeout; launch stops them after 3 s here).
+    monkeypatch.delenv("TORCH_DISTRIBUTED_DEBUG", raising=False)
+    with pytest.raises(DistributedError) as caught:
+        launch(_mismatched, nprocs=2, timeout=3)
+    assert caught.value.kind == "timeout"
+
+
+def _init_seconds() -> float:
+    import os
+    import time
+
+    import torch.distributed as dist
+
+    if os.environ["RANK"] == "1":
+        time.sleep(2.0)  # rank 1 comes late
+    start = time.monotonic()
+    dist.init_process_group("gloo")
+    seconds = time.monotonic() - start
+    dist.destroy_process_group()
+    return seconds
+
+
+def test_no_rank_leaves_init_process_group_before_every_rank_has_joined():
+    # 02-30: under gloo, init_process_group() returns on no rank before all have come:
+    # rank 0 waits there for the rank that starts 2 s late.
+    early, _late = launch(_init_seconds, nprocs=2, timeout=60)
+    assert early >= 1.5, early
+
+
+FORGETS = """\
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+t = torch.ones(1)
+dist.all_reduce(t)
+assert t.item() == 2.0
+"""
+ABORT = "terminate called without an active exception"
+
+
+def test_a_gloo_job_that_never_destroys_its_group_may_abort_at_exit_one_that_does_not(tmp_path):
+    # d84bc519, 04-35: with its group never destroyed, a gloo rank either exits cleanly or
+    # aborts as it exits, "terminate called without an active exception" (how often:
+    # benchmarks/exit_without_destroy.py, a measured row); destroyed, it exits cleanly.
+    # Plain processes, as under torchrun, no launcher between.
+    forgets, destroys = tmp_path / "forgets.py", tmp_path / "destroys.py"
+    forgets.write_text(FORGETS)
+    destroys.write_text(FORGETS + "dist.destroy_process_group()\n")
+    for _ in range(3):
+        for rank_said in plain_job(forgets).split("; "):
+            assert rank_said in ("clean", f"exit -6: {ABORT}"), rank_said
+        assert plain_job(destroys) == "clean"
+
+
+def _on_the_named_interface() -> str:
+    import torch
+    import torch.distributed as dist
+
+    try:
+        dist.init_process_group("gloo")
+    except RuntimeError as exc:
+        return str(exc).splitlines()[-1]
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    dist.destroy_process_group()
+    return f"summed {t.item()}"
+
+
+def test_gloo_socket_ifname_names_the_network_interface_gloo_uses(monkeypatch):
+    # 04-34: GLOO_SOCKET_IFNAME picks gloo's network interface: loopback works here, an
+    # interface this machine lacks fails at init, naming it (NCCL_SOCKET_IFNAME: a page).
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
+    assert list(launch(_on_the_named_interface, nprocs=2, timeout=60)) == ["summed 2.0"] * 2
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "nosuch0")  # one rank: no peer left waiting
+    said = launch(_on_the_named_interface, nprocs=1, timeout=60)[0]
+    assert "Unable to find address for: nosuch0" in said, said

@@ -9,6 +9,7 @@ there.
 from __future__ import annotations
 
 import pytest
+from claims_support import same_on_every_rank
 
 from ddp_helpers import launch
 
@@ -196,10 +197,7 @@ def _unused_parameter_steps() -> dict:
     model = DDP(Unused())
     torch.manual_seed(rank + 1)
     model(torch.randn(2, 4)).backward()
-    grad = model.module.body.weight.grad.clone()
-    both = [torch.zeros_like(grad) for _ in range(2)]
-    dist.all_gather(both, grad)
-    found = {"step1_averaged": torch.equal(both[0], both[1])}
+    found = {"step1_averaged": same_on_every_rank(model.module.body.weight.grad)}
     try:
         model(torch.randn(2, 4)).backward()
         found["step2"] = "ran"
@@ -232,10 +230,7 @@ def _buffers_after_forwards(sync: bool) -> list[bool]:
     model = DDP(net, **kwargs)
 
     def equal() -> bool:
-        mean = model.module[1].running_mean.clone()
-        both = [torch.zeros_like(mean) for _ in range(2)]
-        dist.all_gather(both, mean)
-        return torch.equal(both[0], both[1])
+        return same_on_every_rank(model.module[1].running_mean)
 
     torch.manual_seed(rank + 1)
     model(torch.randn(8, 3) * (rank + 1)).sum().backward()

@@ -20,6 +20,20 @@ ROW = re.compile(
 SOURCE = re.compile(
     r'^source: torch/(?P<path>\S+):(?P<first>\d+)(?:-(?P<last>\d+))? "(?P<quote>.+)"$'
 )
+PAGE = re.compile(
+    r'^page: (?P<url>https://\S+) \((?:read )?(?P<date>\d{4}-\d{2}-\d{2})\) "(?P<quote>.+)"$'
+)
+KINDS = ("test", "source", "page", "measured")
+
+
+def _items(evidence: str) -> list[str]:
+    """A row's pieces of evidence: one, or several joined by " + " (a test for gloo and a
+    page for nccl, say)."""
+    return evidence.split(" + ")
+
+
+def _all_items(kind: str) -> list[tuple[dict, str]]:
+    return [(r, i) for r in ROWS for i in _items(r["evidence"]) if i.startswith(f"{kind}: ")]
 
 
 def _rows() -> list[dict]:
@@ -64,11 +78,7 @@ def _tests_in(path: Path) -> set[str]:
 
 
 def test_every_test_named_exists_and_every_claims_test_backs_a_row():
-    named = {
-        row["evidence"].removeprefix("test: ")
-        for row in ROWS
-        if row["evidence"].startswith("test: ")
-    }
+    named = {item.removeprefix("test: ") for _, item in _all_items("test")}
     for name in named:
         path, _, test = name.partition("::")
         assert test in _tests_in(ROOT / path), name
@@ -83,24 +93,35 @@ def test_every_test_named_exists_and_every_claims_test_backs_a_row():
 
 
 @pytest.mark.parametrize(
-    "row", [r for r in ROWS if r["evidence"].startswith("source: ")], ids=lambda r: r["cell"]
+    "row, item", _all_items("source"), ids=[r["cell"] for r, _ in _all_items("source")]
 )
-def test_every_source_holds_its_quote_in_the_installed_torch(row):
+def test_every_source_holds_its_quote_in_the_installed_torch(row, item):
     import torch
 
-    match = SOURCE.match(row["evidence"])
-    assert match, row["evidence"]
+    match = SOURCE.match(item)
+    assert match, item
     path = Path(torch.__file__).parent / match["path"]
     lines = path.read_text(errors="replace").splitlines()
     first = int(match["first"])
     last = int(match["last"] or first)
     quote = match["quote"].replace('\\"', '"')
-    assert quote in "\n".join(lines[first - 1 : last]), (row["evidence"], lines[first - 1 : last])
+    assert quote in "\n".join(lines[first - 1 : last]), (item, lines[first - 1 : last])
+
+
+def test_every_page_names_its_address_its_date_and_its_words():
+    import datetime
+
+    for row, item in _all_items("page"):
+        match = PAGE.match(item)
+        assert match, f'{row["cell"]}: {item!r} is not page: https://... (DATE) "QUOTE"'
+        assert datetime.date.fromisoformat(match["date"]) <= datetime.date.today(), item
 
 
 def test_the_pending_rows_are_counted(capsys):
     pending = [row for row in ROWS if row["evidence"] == "pending"]
-    known = [row for row in ROWS if row["evidence"].split(":")[0] in ("test", "source", "measured")]
+    known = [
+        row for row in ROWS if all(item.split(":")[0] in KINDS for item in _items(row["evidence"]))
+    ]
     assert len(pending) + len(known) == len(ROWS)  # no other kind of evidence
     with capsys.disabled():
         print(f"\ndocs/claims.md: {len(known)} claims backed, {len(pending)} pending")

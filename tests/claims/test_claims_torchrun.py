@@ -174,3 +174,40 @@ def test_detail_debug_crashes_ddp_wherever_it_is_set_before_torch_reads_it(tmp_p
     run = _spawned(tmp_path, "inside")
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.count("level OFF") == 2 and run.stdout.count("built") == 2
+
+
+FAILING = textwrap.dedent(
+    """\
+    import sys
+
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+
+    def main():
+        raise RuntimeError("the rank's own error, from its own line")
+
+
+    if __name__ == "__main__":
+        (record(main) if sys.argv[1:] == ["recorded"] else main)()
+    """
+)
+
+
+def test_only_an_entry_point_decorated_with_record_hands_its_error_to_the_agent(tmp_path):
+    # 01-28: torchrun names TORCHELASTIC_ERROR_FILE; an entry point decorated with @record
+    # writes its traceback there and the agent prints it as the root cause; an undecorated
+    # one reaches the agent as "error_file: <N/A>", without it.
+    args = ["--standalone", "--nproc-per-node", "1"]
+    bare = _torchrun(tmp_path, args, FAILING)
+    path = tmp_path / "rank.py"
+    recorded = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", *args, str(path), "recorded"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert bare.returncode != 0 and recorded.returncode != 0
+    assert "error_file: <N/A>" in bare.stderr
+    assert "error_file: <N/A>" not in recorded.stderr
+    assert "the rank's own error, from its own line" in recorded.stderr.split("Root Cause")[-1]
