@@ -28,14 +28,20 @@ def accumulate_without_no_sync(model, optimizer, micro_batches, k):
             optimizer.zero_grad()
 
 
-def accumulate_without_dividing(model, optimizer, micro_batches, k):
+def _accumulate(model, optimizer, micro_batches, every, divisor):
+    """The right loop, but stepping every `every` micro-batches and dividing the loss by
+    `divisor`: each wrong answer below gets one of them wrong."""
     for i, (x, y) in enumerate(micro_batches):
-        last = (i + 1) % k == 0
+        last = (i + 1) % every == 0
         with contextlib.nullcontext() if last else model.no_sync():
-            F.mse_loss(model(x), y).backward()  # k gradients added up
+            (F.mse_loss(model(x), y) / divisor).backward()
         if last:
             optimizer.step()
             optimizer.zero_grad()
+
+
+def accumulate_without_dividing(model, optimizer, micro_batches, k):
+    _accumulate(model, optimizer, micro_batches, k, 1)  # k gradients added up
 
 
 def accumulate_stepping_every_micro_batch(model, optimizer, micro_batches, k):
@@ -78,13 +84,7 @@ def accumulate_with_no_sync_around_the_backward_only(model, optimizer, micro_bat
 
 def accumulate_dividing_by_the_world_size_too(model, optimizer, micro_batches, k):
     world = torch.distributed.get_world_size()
-    for i, (x, y) in enumerate(micro_batches):
-        last = (i + 1) % k == 0
-        with contextlib.nullcontext() if last else model.no_sync():
-            (F.mse_loss(model(x), y) / (k * world)).backward()  # DDP averages already
-        if last:
-            optimizer.step()
-            optimizer.zero_grad()
+    _accumulate(model, optimizer, micro_batches, k, k * world)  # DDP averages already
 
 
 def accumulate_with_two_all_reduces_a_step(model, optimizer, micro_batches, k):
@@ -102,6 +102,14 @@ def accumulate_all_then_step_once(model, optimizer, micro_batches, k):
         with contextlib.nullcontext() if (i + 1) % k == 0 else model.no_sync():
             (F.mse_loss(model(x), y) / k).backward()
     optimizer.step()  # one step for all the micro-batches of every step
+
+
+def accumulate_four_at_a_time(model, optimizer, micro_batches, k):
+    _accumulate(model, optimizer, micro_batches, 4, 4)  # k hard-coded: the first run's
+
+
+def accumulate_dividing_by_four(model, optimizer, micro_batches, k):
+    _accumulate(model, optimizer, micro_batches, k, 4)  # the first run's k, hard-coded
 
 
 def accumulate_in_groups_of_k(model, optimizer, micro_batches, k):
@@ -139,6 +147,8 @@ SWEEP_3_4 = (
         (accumulate_dividing_by_the_world_size_too, "accum_weights"),
         (accumulate_with_two_all_reduces_a_step, "accum_reduces"),
         (accumulate_all_then_step_once, "accum_steps"),
+        (accumulate_four_at_a_time, "accum_steps"),
+        (accumulate_dividing_by_four, "accum_weights"),
     ],
     [accumulate_in_groups_of_k, accumulate_with_an_exit_stack],
 )
@@ -161,6 +171,10 @@ def bytes_of_the_whole_tensor_each_way(params, world_size):
 
 def bytes_of_the_whole_tensor_at_every_step(params, world_size):
     return 2 * (world_size - 1) * 4 * params  # not one N-th of it a step
+
+
+def bytes_of_the_whole_tensor_unless_alone(params, world_size):
+    return 0 if world_size == 1 else 2 * 4 * params  # right alone, the whole tensor otherwise
 
 
 def bytes_sent_to_every_rank(params, world_size):
@@ -186,6 +200,7 @@ SWEEP_3_5 = (
         (bytes_of_the_reduce_scatter_only, "bytes_one_pass"),
         (bytes_of_the_whole_tensor_each_way, "bytes_whole_tensor"),
         (bytes_of_the_whole_tensor_at_every_step, "bytes_whole_each_step"),
+        (bytes_of_the_whole_tensor_unless_alone, "bytes_whole_tensor"),
         (bytes_sent_to_every_rank, "bytes_to_everyone"),
         (bytes_of_the_tensor_once, "bytes_other"),
     ],
@@ -230,31 +245,19 @@ def gather_keeping_the_padding(values):
 
 
 def gather_leaving_out_the_last_rank(values):
-    lengths = _lengths(values)
-    padded = values.new_zeros(max(lengths))
-    padded[: len(values)] = values
-    parts = [torch.zeros_like(padded) for _ in lengths]
-    dist.all_gather(parts, padded)
+    parts, lengths = _padded_parts(values)
     return torch.cat([p[:k] for p, k in zip(parts[:-1], lengths[:-1], strict=True)])
 
 
 def gather_for_rank_zero_only(values):
-    lengths = _lengths(values)
-    padded = values.new_zeros(max(lengths))
-    padded[: len(values)] = values
-    parts = [torch.zeros_like(padded) for _ in lengths]
-    dist.all_gather(parts, padded)
+    parts, lengths = _padded_parts(values)
     if dist.get_rank() == 0:  # "only rank 0 computes the metric"
         return torch.cat([p[:k] for p, k in zip(parts, lengths, strict=True)])
     return values
 
 
 def gather_in_reverse(values):
-    lengths = _lengths(values)
-    padded = values.new_zeros(max(lengths))
-    padded[: len(values)] = values
-    parts = [torch.zeros_like(padded) for _ in lengths]
-    dist.all_gather(parts, padded)
+    parts, lengths = _padded_parts(values)
     return torch.cat([p[:k] for p, k in reversed(list(zip(parts, lengths, strict=True)))])
 
 
@@ -265,6 +268,12 @@ def gather_padded_with_floats(values):
     parts = [torch.zeros_like(padded) for _ in lengths]
     dist.all_gather(parts, padded)
     return torch.cat([p[:k] for p, k in zip(parts, lengths, strict=True)])
+
+
+def gather_dropping_zeros(values):
+    parts, _ = _padded_parts(values)
+    gathered = torch.cat(parts)
+    return gathered[gathered != 0]  # the padding dropped by its value: a real 0 goes too
 
 
 def gather_as_objects(values):
@@ -292,6 +301,7 @@ SWEEP_4_7 = (
         (gather_in_reverse, "gather_order"),
         (gather_padded_with_floats, "gather_dtype"),
         (gather_as_a_list, "gather_not_tensor"),
+        (gather_dropping_zeros, "gather_count"),
     ],
     [gather_as_objects, gather_with_a_mask],
 )
@@ -310,7 +320,7 @@ class _Mini:
         self.cap = bucket_mb * 2**20
         self.buckets = buckets_for(module, bucket_mb)
         self.flats = [torch.zeros(sum(p.numel() for p, _ in b)) for b in self.buckets]
-        self.works, self.missing = [], [len(b) for b in self.buckets]
+        _Mini.reset(self)  # the counts for the first step, whatever a subclass's reset does
         self.broadcast()
         for i, bucket in enumerate(self.buckets):
             for p, offset in self.layout(bucket):
@@ -347,6 +357,9 @@ class _Mini:
         for i, bucket in enumerate(self.buckets):
             for p, offset in self.layout(bucket):
                 self.write_back(p, self.flats[i][offset : offset + p.numel()].view_as(p))
+        self.reset()
+
+    def reset(self):
         self.works, self.missing = [], [len(b) for b in self.buckets]
 
     def write_back(self, p, average):
@@ -469,6 +482,32 @@ class MiniWithCatAndSplit:
         self.reduced = []
 
 
+class MiniNeverReset(_Mini):
+    """Wrong: finish() leaves its counts spent: the next backward reduces nothing."""
+
+    def reset(self):
+        pass
+
+
+class MiniWaitingOnTheFutureInTheHook(_Mini):
+    """Wrong: the all-reduce's future waited for in the hook that started it."""
+
+    def launch(self, i):
+        dist.all_reduce(self.flats[i], async_op=True).get_future().wait()
+
+
+class MiniWaitingForAllInFinish(_Mini):
+    """Right: the futures waited for together, in finish."""
+
+    def launch(self, i):
+        self.works.append(dist.all_reduce(self.flats[i], async_op=True).get_future())
+
+    def finish(self):
+        torch.futures.wait_all(self.works)
+        self.works = []
+        super().finish()
+
+
 class MiniWithPositionalArguments(_Mini):
     """Right: the async flag given by position, and a future waited for."""
 
@@ -488,12 +527,14 @@ SWEEP_3_6 = (
         (MiniReducingAgainInFinish, "mini_twice"),
         (MiniLaunchingInFinish, "mini_late"),
         (MiniWaitingInTheHook, "mini_waited"),
+        (MiniWaitingOnTheFutureInTheHook, "mini_waited"),
         (MiniReducingEachGradient, "mini_split"),
         (MiniLaunchingAtTheLastGradient, "mini_bunched"),
         (MiniInForwardOrder, "mini_order"),
         (MiniSummed, "mini_not_divided"),
         (MiniDivided, "mini_divided"),
         (MiniAddingToTheGradient, "mini_grads"),
+        (MiniNeverReset, "mini_second_step"),
     ],
-    [MiniWithCatAndSplit, MiniWithPositionalArguments],
+    [MiniWithCatAndSplit, MiniWithPositionalArguments, MiniWaitingForAllInFinish],
 )

@@ -268,7 +268,7 @@ MESSAGES = messages(
         "save_optimizer.title": "another optimizer state than the optimizer's",
         "save_epoch": (
             "The checkpoint's epoch is {got!r}, but save_checkpoint was called with "
-            "epoch=7: save the epoch it is given (load_checkpoint adds the 1)."
+            "epoch={want}: save the epoch it is given (load_checkpoint adds the 1)."
         ),
         "save_epoch.title": "not the epoch it was given",
         "save_ok": (
@@ -743,7 +743,7 @@ def _trained_ddp():
     return model, opt
 
 
-def _save_harness(save_checkpoint, folder):
+def _save_harness(save_checkpoint, folder, epoch):
     """Each rank saves into a folder of its own, so the file system shows who wrote."""
     import time
 
@@ -764,7 +764,7 @@ def _save_harness(save_checkpoint, folder):
                 return real_save(*args, **kwargs)
 
             torch.save = slow_save
-        save_checkpoint(model, opt, 7, os.path.join(rank_folder(folder, rank), "ckpt.pt"))
+        save_checkpoint(model, opt, epoch, os.path.join(rank_folder(folder, rank), "ckpt.pt"))
         info = {"went_on_at": time.time()}  # when this rank's save_checkpoint returned
         rank0_file = os.path.join(rank_folder(folder, 0), "ckpt.pt")
         dist.barrier()
@@ -814,10 +814,11 @@ def _judge_writers(wrote: list[int], nprocs: int, nnodes: int) -> None:
 
 
 def _check_save(fn) -> Phrase:
-    # On 2 ranks, then on 2 machines x 2 ranks: where LOCAL_RANK == 0 is two writers.
-    for nprocs, nnodes in ((2, 1), (4, 2)):
+    # On 2 ranks, then on 2 machines x 2 ranks (where LOCAL_RANK == 0 is two writers), each
+    # at another epoch.
+    for nprocs, nnodes, epoch in ((2, 1, 7), (4, 2, 3)):
         with rank_folders(nprocs, "ddp-ckpt-check-") as folder:
-            results = run_on_ranks(_save_harness, fn, folder, nprocs=nprocs, nnodes=nnodes)
+            results = run_on_ranks(_save_harness, fn, folder, epoch, nprocs=nprocs, nnodes=nnodes)
             wrote = writers(folder, nprocs)
         _judge_writers(wrote, nprocs, nnodes)
         written_at = results[0].get("written_at", 0)
@@ -840,8 +841,8 @@ def _check_save(fn) -> Phrase:
             raise Wrong("save_weights")
         if not info["same_opt"]:
             raise Wrong("save_optimizer")
-        if info["epoch"] != 7:
-            raise Wrong("save_epoch", got=info["epoch"])
+        if info["epoch"] != epoch:
+            raise Wrong("save_epoch", got=info["epoch"], want=epoch)
     return Phrase("save_ok")
 
 
@@ -856,7 +857,7 @@ def _saved_from_a_missing_gpu():
     register_package(1, lambda obj: "cuda:99", lambda obj, location: None)
 
 
-def _load_harness(load_checkpoint, folder):
+def _load_harness(load_checkpoint, folder, epoch):
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -866,7 +867,7 @@ def _load_harness(load_checkpoint, folder):
         path = os.path.join(folder, "ckpt.pt")
         if dist.get_rank() == 0:
             _saved_from_a_missing_gpu()
-        save_checkpoint(model, opt, 4, path)  # the reference save: rank 0 writes, all wait
+        save_checkpoint(model, opt, epoch, path)  # the reference save: rank 0 writes, all wait
         saved = {k: v.clone() for k, v in model.module.state_dict().items()}
         momentum = [opt.state[p]["momentum_buffer"].clone() for p in model.parameters()]
         # A fresh model and optimizer, as after a restart.
@@ -900,17 +901,18 @@ def _as_int(value):
 
 
 def _check_load(fn) -> Phrase:
-    with rank_folders(2, "ddp-ckpt-check-") as folder:
-        results = run_on_ranks(_load_harness, fn, folder, nprocs=2)
-    for rank, r in enumerate(results):
-        if "map_error" in r:
-            raise Wrong("load_map", rank=rank, error=r["map_error"])
-        if not r["weights"]:
-            raise Wrong("load_weights", rank=rank)
-        if not r["opt"]:
-            raise Wrong("load_optimizer", rank=rank)
-        if _as_int(r["resume"]) != 5:
-            raise Wrong("load_epoch", got=r["resume"], saved=4, want=5)
+    for saved in (4, 0):  # two checkpoints: a resume hard-coded to 5 is caught
+        with rank_folders(2, "ddp-ckpt-check-") as folder:
+            results = run_on_ranks(_load_harness, fn, folder, saved, nprocs=2)
+        for rank, r in enumerate(results):
+            if "map_error" in r:
+                raise Wrong("load_map", rank=rank, error=r["map_error"])
+            if not r["weights"]:
+                raise Wrong("load_weights", rank=rank)
+            if not r["opt"]:
+                raise Wrong("load_optimizer", rank=rank)
+            if _as_int(r["resume"]) != saved + 1:
+                raise Wrong("load_epoch", got=r["resume"], saved=saved, want=saved + 1)
     return Phrase("load_ok")
 
 
@@ -960,8 +962,10 @@ GATHER_CASES = ((3, (5, 0, 3), "float32"), (3, (5, 0, 3), "int64"), (2, (4, 4), 
 def _gather_values(rank: int, lengths, dtype: str):
     import torch
 
-    start = sum(lengths[:rank])  # every value tells where it came from: 10 x its position + 1
-    return (torch.arange(start, start + lengths[rank]) * 10 + 1).to(getattr(torch, dtype))
+    # Every value tells where it came from: 10 x its position. The first is a real 0, so an
+    # answer that drops the padding by its value (zeros) loses it.
+    start = sum(lengths[:rank])
+    return (torch.arange(start, start + lengths[rank]) * 10).to(getattr(torch, dtype))
 
 
 class _SizesDiffer(Exception):

@@ -109,9 +109,17 @@ MESSAGES = messages(
             "by up to {diff:.1e} ({differ} of {total} values not bit for bit equal)."
         ),
         "mini_grads.title": "not DDP's gradients",
+        "mini_second_step": (
+            "The first backward and finish() gave DDP's gradients, the second (the same "
+            "batch, gradients zeroed) did not ({calls} all_reduces for {buckets} buckets): "
+            "finish() must leave the object ready for the next step, its counts of the "
+            "gradients still missing and its list of works reset."
+        ),
+        "mini_second_step.title": "right once, not on the next step",
         "mini_ok": (
             "Bit for bit DDP's gradients on 2 and 3 ranks, with {cases}; the first "
-            "all_reduce started before backward() returned, each bucket reduced once."
+            "all_reduce started before backward() returned, each bucket reduced once, and the "
+            "same again on a second step."
         ),
         "mini_case": "buckets of {mb} MiB ({buckets} of them)",
     },
@@ -200,9 +208,33 @@ def _batch(rank: int):
     return x, x.sum(1, keepdim=True).sin()
 
 
+def _noted_future(real, call: dict):
+    """A torch future that completes with `real` and notes when it is first waited for: by
+    its own wait(), or by torch.futures.wait_all (watched by _Spy). A real
+    torch.futures.Future, so whatever takes one takes it."""
+    import torch
+
+    class Noted(torch.futures.Future):
+        def wait(self):
+            call.setdefault("waited", time.perf_counter())
+            return super().wait()
+
+    noted = Noted()
+    noted.call = call
+
+    def complete(done) -> None:
+        try:
+            noted.set_result(done.value())
+        except Exception as exc:  # noqa: BLE001 - the all-reduce's own failure, passed on
+            noted.set_exception(exc)
+
+    real.then(complete)
+    return noted
+
+
 class _Waited:
-    """The work an all_reduce returned, which notes when it is first waited for (its
-    future is torch's own, for what takes one: a wait on it goes unseen)."""
+    """The work an all_reduce returned, which notes when it or its future is first waited
+    for."""
 
     def __init__(self, real, call: dict):
         self._real, self._call = real, call
@@ -211,8 +243,14 @@ class _Waited:
         self._call.setdefault("waited", time.perf_counter())
         return self._real.wait(*args, **kwargs)
 
+    def get_future(self):
+        return _noted_future(self._real.get_future(), self._call)
+
     def __getattr__(self, name):
         return getattr(self._real, name)
+
+
+_GATHERS = ("wait_all",)  # torch.futures' way to wait for several futures at once
 
 
 class _Spy:
@@ -221,9 +259,25 @@ class _Spy:
 
     def __init__(self, keep: bool = False):
         import torch.distributed as dist
+        import torch.futures
 
         self.calls, self._real, self._dist, self._keep = [], dist.all_reduce, dist, keep
         dist.all_reduce = self
+        self._futures = torch.futures
+        self._gathers = {name: getattr(torch.futures, name) for name in _GATHERS}
+        for name, real in self._gathers.items():
+            setattr(torch.futures, name, self._noting(real))
+
+    @staticmethod
+    def _noting(real):
+        def gather(futures, *args, **kwargs):
+            now = time.perf_counter()
+            for future in futures:
+                if hasattr(future, "call"):  # a future of ours: waited for, with the others
+                    future.call.setdefault("waited", now)
+            return real(futures, *args, **kwargs)
+
+        return gather
 
     def __call__(self, tensor, *args, **kwargs):
         import inspect
@@ -244,6 +298,8 @@ class _Spy:
 
     def restore(self):
         self._dist.all_reduce = self._real
+        for name, real in self._gathers.items():
+            setattr(self._futures, name, real)
 
 
 def _divide_hook(world, bucket):
@@ -289,9 +345,15 @@ def _mini_ddp_harness(cls, bucket_mbs):
                 backward_end = time.perf_counter()
                 local = {id(p): p.grad.clone() for p in module.parameters()}
                 mini.finish()
+                got = [p.grad.clone() for p in module.parameters()]
+                calls = list(spy.calls)
+                module.zero_grad()  # a second step, on the same batch and weights
+                torch.nn.functional.mse_loss(mini(x), y).backward()
+                mini.finish()
+                second = [p.grad.clone() for p in module.parameters()]
+                second_calls = len(spy.calls) - len(calls)
             finally:
                 spy.restore()
-            got = [p.grad.clone() for p in module.parameters()]
             world = dist.get_world_size()
             handed = [  # what DDP hands over for each bucket: its gradients x 1/world
                 torch.cat([local[id(p)].view(-1) for p, _ in b]).mul_(1.0 / world)
@@ -300,8 +362,9 @@ def _mini_ddp_harness(cls, bucket_mbs):
             last = buckets_for(module, mb)[-1]  # its first gradient: the last bucket begun
             runs.append(
                 {"mb": mb, "want": want, "divided": divided, "got": got, "weights": weights,
-                 "calls": spy.calls, "handed": handed, "backward_end": backward_end,
-                 "last_bucket_begun": min(ready[id(p)] for p, _ in last)}
+                 "calls": calls, "handed": handed, "backward_end": backward_end,
+                 "last_bucket_begun": min(ready[id(p)] for p, _ in last),
+                 "second": second, "second_calls": second_calls}
             )  # fmt: skip
         return runs
 
@@ -353,6 +416,9 @@ def _judge(run: dict, world: int) -> None:
             raise Wrong("mini_order", got=sizes, want=want_sizes)
     got, want = run["got"], run["want"]
     if all(torch.equal(g, w) for g, w in zip(got, want, strict=True)):
+        again = all(torch.equal(g, w) for g, w in zip(run["second"], want, strict=True))
+        if not again or run["second_calls"] != len(want_sizes):
+            raise Wrong("mini_second_step", calls=run["second_calls"], buckets=len(want_sizes))
         return
     if all(torch.equal(g, d) for g, d in zip(got, run["divided"], strict=True)):
         raise Wrong("mini_divided", world=world)
@@ -442,6 +508,7 @@ exercise = Exercise(
         "mini_divided": Mistake(hint="mini_hook"),
         "mini_not_divided": Mistake(hint="mini_hook"),
         "mini_grads": Mistake(hint="mini_finish"),
+        "mini_second_step": Mistake(hint="mini_finish"),
     },
     further=True,
 )

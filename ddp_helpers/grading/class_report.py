@@ -97,14 +97,6 @@ class Tally:
         return None if ex.mistake is None else (ex.mistake, title_of(row.submission.lesson, ex))
 
 
-def tally(rows: list[Row]) -> Tally:
-    """Every row counted."""
-    counted = Tally()
-    for row in rows:
-        counted.add(row)
-    return counted
-
-
 # ---------------------------------------------------------------- plots
 
 
@@ -182,13 +174,12 @@ img { max-width: 100%; }
 """
 
 
-def render(rows: list[Row], timeout: float, wall: float, counted: Tally | None = None) -> str:
-    """The report's HTML; `counted`: the rows' Tally, if it was kept as they came."""
+def render(rows: list[Row], timeout: float, wall: float, counted: Tally) -> str:
+    """The report's HTML; `counted`: the rows' Tally, kept as they came."""
     e = _escaped
     counts = Counter(r.status.value for r in rows)
     ran = [r for r in rows if r.status is not Status.INVALID]
     lessons = sorted({r.submission.lesson for r in ran})
-    counted = counted or tally(rows)
     tallied = counted.lessons
     out = [
         "<!DOCTYPE html>",
@@ -279,9 +270,7 @@ def _submissions_table(rows: list[Row]) -> list[str]:
     return out
 
 
-def write_report(
-    rows: list[Row], path, timeout: float, wall: float, counted: Tally | None = None
-) -> Path:
+def write_report(rows: list[Row], path, timeout: float, wall: float, counted: Tally) -> Path:
     """Write the report (made whole, then moved into place)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

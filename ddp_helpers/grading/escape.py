@@ -66,7 +66,7 @@ def markdown_fill(template: str, /, **fields) -> str:
             out.append(_markdown_line(filled) if "{" in piece else filled)
             continue
         body = printable(filled).replace("\n", " ")
-        ticks = "`" * (1 + max((len(m.group()) for m in _TICKS.finditer(body)), default=0))
+        ticks = _fence(body, least=1)
         pad = " " if body.startswith("`") or body.endswith("`") else ""
         out.append(f"{ticks}{pad}{body}{pad}{ticks}")
     return "".join(out)
@@ -119,9 +119,15 @@ def _escaped(text: str, at_start: bool) -> str:
 def code_block(text) -> str:
     """text as a fenced code block that nothing inside can close."""
     body = printable(text)
-    longest = max((len(m.group()) for m in _TICKS.finditer(body)), default=0)
-    fence = "`" * max(3, longest + 1)
+    fence = _fence(body, least=3)
     return f"{fence}\n{body}\n{fence}"
+
+
+def _fence(body: str, least: int) -> str:
+    """A run of backticks longer than any in body (and at least `least`): a fence or code
+    span delimiter that nothing inside can close."""
+    longest = max((len(m.group()) for m in _TICKS.finditer(body)), default=0)
+    return "`" * max(least, longest + 1)
 
 
 _FORMULA = ("=", "+", "-", "@", "\t", "\r")

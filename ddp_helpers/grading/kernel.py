@@ -127,15 +127,14 @@ class Kernel:
         has run nothing yet, so they are the kernel's) and note what each one is."""
         import zmq
 
-        while self.sockets and not all(map(_is_socket, self.sockets)):
+        while self.sockets and None in map(_socket_id, self.sockets):
             if self.proc.poll() is not None:
                 raise KernelDied(self._how_it_died())
             if time.monotonic() > deadline:
                 raise TimeoutError("its sockets did not appear")
             time.sleep(0.02)
         for path in self.sockets:
-            st = os.lstat(path)
-            self.sockets[path] = (st.st_dev, st.st_ino)
+            self.sockets[path] = _socket_id(path)
         self.client.start_channels(stdin=False, hb=False)
         for channel in (self.client.shell_channel, self.client.iopub_channel):
             self._monitors.append(channel.socket.get_monitor_socket(zmq.EVENT_DISCONNECTED))
@@ -156,12 +155,7 @@ class Kernel:
                     raise KernelDied(self._how_it_died())
                 raise OutputTooBig(MAX_MESSAGE)
         for path, seen in self.sockets.items():
-            try:
-                st = os.lstat(path)
-                now = (st.st_dev, st.st_ino) if stat.S_ISSOCK(st.st_mode) else None
-            except OSError:
-                now = None
-            if now != seen:
+            if _socket_id(path) != seen:
                 raise Tampered(os.path.basename(path))
 
     def wait_ready(self, limit: float) -> None:
@@ -281,11 +275,14 @@ class Kernel:
             self.client.context.destroy(linger=0)
 
 
-def _is_socket(path: str) -> bool:
+def _socket_id(path: str) -> tuple[int, int] | None:
+    """(device, inode) of the Unix socket at path, not followed if a link; None if there is
+    none (nothing there, or something else)."""
     try:
-        return stat.S_ISSOCK(os.lstat(path).st_mode)
+        st = os.lstat(path)
     except OSError:
-        return False
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISSOCK(st.st_mode) else None
 
 
 # Where a frame of IPython's traceback begins: a notebook cell's, or a file's.

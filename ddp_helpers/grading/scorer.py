@@ -13,10 +13,8 @@ line per event to FD; `score()` runs such processes, a fresh one after one hangs
 
 from __future__ import annotations
 
-import io
 import json
 import os
-import pickle
 import pickletools
 import select
 import sys
@@ -24,8 +22,9 @@ import time
 
 from ..exercises.answer import Answer
 from ..exercises.verdicts import CheckStatus, Hidden
-from ..files import read_capped
+from ..files import TooBig, read_capped
 from ..i18n import messages
+from ..launcher.plain import load_restricted
 from ..procs import describe_exit, kill_descendants, stop_tree, supervise
 from .folders import WorkFolders
 from .kernel import cap, start_logged
@@ -50,9 +49,11 @@ MESSAGES = messages(
         "unloadable.title": "could not be loaded by the grader",
         "too_big": "the notebook's answers take {size} bytes, over the {limit} the grader reads",
         "malformed": "the file of answers was not the one the grader writes",
+        "unreadable": "the grader could not read the notebook's saved answers ({error})",
         "check_bad_line": (
             "The grader's check process said something the grader does not accept ({why}); "
-            "this exercise was not scored."
+            "this exercise was not scored. This is a problem of the grader, not of your "
+            "answer: tell your instructor."
         ),
         "check_bad_line.title": "its check said something the grader does not accept",
         "not_scored.title": "not scored: the grader failed on the submission",
@@ -73,11 +74,6 @@ def text(key: str, /, **fields) -> str:
     return MESSAGES[key].format(**fields)
 
 
-class _NoGlobals(pickle.Unpickler):
-    def find_class(self, module: str, name: str):
-        raise pickle.UnpicklingError(f"{module}.{name}")
-
-
 def load_answers(path: str) -> tuple[dict, str | None]:
     """The answers file the kernel wrote: name -> ("ok", pickled bytes) or ("error", why),
     and why it could not be read (None if it could). Read as a file a learner could have
@@ -86,13 +82,12 @@ def load_answers(path: str) -> tuple[dict, str | None]:
         data = read_capped(path, ANSWERS_LIMIT)
     except FileNotFoundError:
         return {}, None
+    except TooBig as exc:
+        return {}, MESSAGES["too_big"].format(size=exc.size, limit=ANSWERS_LIMIT)
     except OSError as exc:
-        size = getattr(exc, "size", None)
-        if size is not None:
-            return {}, MESSAGES["too_big"].format(size=size, limit=ANSWERS_LIMIT)
-        return {}, MESSAGES["malformed"]
+        return {}, MESSAGES["unreadable"].format(error=exc)
     try:
-        found = _NoGlobals(io.BytesIO(data)).load()
+        found = load_restricted(data, {})  # no class or function allowed
     except Exception:  # noqa: BLE001 - anything but the dict the probe writes
         return {}, MESSAGES["malformed"]
     if not isinstance(found, dict):
@@ -113,20 +108,22 @@ def course_global(payload: bytes, references: set[tuple[str, str]]) -> bool:
     reference itself, an alias of it, or inside a functools.partial): read from the pickle's
     opcodes, nothing loaded. A wrapper that calls the reference, or its code re-homed, is
     found where the check runs it (exercises._core._in_rank)."""
-    strings: list[str] = []
-    memo: dict[int, str] = {}
+    pushed: list[str | None] = []  # what each op pushed: its string, or None for another value
+    memo: dict[int, str | None] = {}
     try:
         for op, arg, _ in pickletools.genops(payload):
-            if isinstance(arg, str) and "UNICODE" in op.name:
-                strings.append(arg)
-            elif op.name == "MEMOIZE" and strings:
-                memo[len(memo)] = strings[-1]
-            elif op.name in ("BINGET", "LONG_BINGET", "GET") and arg in memo:
-                strings.append(memo[arg])
+            if op.name == "MEMOIZE":  # memoizes the top of the stack at the next index
+                memo[len(memo)] = pushed[-1] if pushed else None
+            elif op.name in ("PUT", "BINPUT", "LONG_BINPUT"):
+                memo[arg] = pushed[-1] if pushed else None
+            elif op.name in ("GET", "BINGET", "LONG_BINGET"):
+                pushed.append(memo.get(arg))
             elif op.name == "GLOBAL" and tuple(arg.split(" ", 1)) in references:
                 return True
-            elif op.name == "STACK_GLOBAL" and tuple(strings[-2:]) in references:
+            elif op.name == "STACK_GLOBAL" and tuple(pushed[-2:]) in references:
                 return True
+            else:
+                pushed.append(arg if isinstance(arg, str) and "UNICODE" in op.name else None)
     except Exception:  # noqa: BLE001 - a malformed pickle fails where it is loaded
         return False
     return False

@@ -126,23 +126,39 @@ def code_sources(path) -> list[str]:
 
 
 def language_of(path) -> str:
-    """The language a notebook says it is in (its metadata, as the Japanese edition's do);
-    English when it says none, or one the course does not have, or cannot be read."""
+    """The language a notebook says it is in (its metadata), read alone, for the worker,
+    which has the path only; lesson_of gives it with the lesson."""
     try:
         metadata = _notebook_json(path)[1].get("metadata", {})
-        return i18n.normalize(metadata.get("language")) or "en"
+        return _language(metadata.get("language"))
     except (OSError, ValueError, AttributeError):
         return "en"
 
 
+def _language(said) -> str:
+    """English when a notebook says no language, or one the course does not have."""
+    return (i18n.normalize(said) if isinstance(said, str) else None) or "en"
+
+
 def lesson_of(path) -> tuple[str | None, str | None]:
     """(lesson, None) for a lesson notebook, or (lesson or None, why it is invalid)."""
+    return _lesson_and_language(path)[:2]
+
+
+def _lesson_and_language(path) -> tuple[str | None, str | None, str]:
+    """lesson_of's answer and the language the notebook's metadata says (as the Japanese
+    edition's do; English when it cannot be read), the file read once."""
     try:
         nb = read_notebook(path)
     except TooBig as exc:
-        return None, INSTRUCTOR_TEXT["too_big"].format(size=exc.size, limit=exc.limit)
+        return None, INSTRUCTOR_TEXT["too_big"].format(size=exc.size, limit=exc.limit), "en"
     except (OSError, ValueError) as exc:
-        return None, INSTRUCTOR_TEXT["not_notebook"].format(error=exc)
+        return None, INSTRUCTOR_TEXT["not_notebook"].format(error=exc), "en"
+    return (*_lesson_in(nb, path), _language(nb.metadata.get("language")))
+
+
+def _lesson_in(nb, path) -> tuple[str | None, str | None]:
+    """(lesson, None) for a lesson notebook, or (lesson or None, why it is invalid)."""
     found = sorted(
         {m for c in nb.cells if c.cell_type == "code" for m in _IMPORT.findall(c.source)}
     )
@@ -206,8 +222,7 @@ def _submission(path: Path, shown: str, problem, wanted, student) -> Submission:
     if problem is not None:
         return Submission(path, shown, None, problem, student)
     try:
-        found, problem = lesson_of(path)
-        language = language_of(path)
+        found, problem, language = _lesson_and_language(path)
     except Exception as exc:  # noqa: BLE001 - what a file holds is its own row's problem
         error = f"{type(exc).__name__}: {exc}"[:300]
         return Submission(

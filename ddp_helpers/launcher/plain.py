@@ -19,6 +19,7 @@ object comes back as an Opaque, its type's name and its repr as text.
 
 from __future__ import annotations
 
+import functools
 import io
 import pickle
 from itertools import islice
@@ -44,6 +45,7 @@ class PlainOnly(pickle.UnpicklingError):
         self.what = what
 
 
+@functools.cache
 def _protocol_classes() -> dict[tuple[str, str], type]:
     import signal
     from dataclasses import is_dataclass
@@ -76,14 +78,15 @@ class _Restricted(pickle.Unpickler):
         raise PlainOnly("a persistent reference")
 
 
-_ALLOWED: dict[str, dict] = {}  # "message", "plain": their allowed globals, made once
+def load_restricted(data: bytes, allowed: dict):
+    """A pickle that may name only the globals of `allowed` ({} for none); PlainOnly
+    otherwise."""
+    return _Restricted(data, allowed).load()
 
 
 def load_message(data: bytes):
     """One of the launcher's messages (or a plain value: a string, a list of them)."""
-    if "message" not in _ALLOWED:
-        _ALLOWED["message"] = _protocol_classes()
-    return _Restricted(data, _ALLOWED["message"]).load()
+    return _Restricted(data, _protocol_classes()).load()
 
 
 def _load_storage(data: bytes):
@@ -93,6 +96,7 @@ def _load_storage(data: bytes):
     return torch.load(io.BytesIO(data), weights_only=True)
 
 
+@functools.cache
 def _plain_globals() -> dict[tuple[str, str], object]:
     import collections
 
@@ -121,9 +125,7 @@ def _plain_globals() -> dict[tuple[str, str], object]:
 
 def load_plain(data: bytes):
     """A rank's value as plain data (see the module's docstring); PlainOnly otherwise."""
-    if "plain" not in _ALLOWED:
-        _ALLOWED["plain"] = _plain_globals()
-    return _Restricted(data, _ALLOWED["plain"]).load()
+    return _Restricted(data, _plain_globals()).load()
 
 
 def not_plain_text(rank: int, what: str) -> str:

@@ -43,7 +43,7 @@ def _gather_unequal() -> None:
 
 def test_all_gather_of_unequal_sizes_fails_on_gloo():
     # 04-50: all_gather takes one size on every rank (on gloo a rank raises or aborts and
-    # the others wait; nccl's takes other sizes through a broadcast path: a source row in
+    # the others wait; nccl's takes other sizes through a broadcast path: a page row in
     # docs/claims.md).
     with pytest.raises(DistributedError):
         launch(_gather_unequal, nprocs=2, timeout=10)

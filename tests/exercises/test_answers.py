@@ -518,6 +518,20 @@ def in_sync_broadcasting_without_a_copy(model):
     return differ.item() == 0
 
 
+def in_sync_summing_in_place(model):
+    import torch
+    import torch.distributed as dist
+
+    differ = torch.zeros(1)
+    for t in [*model.parameters(), *model.buffers()]:
+        mine = t.detach().clone()
+        total = t.detach()  # shares t's memory: the all_reduce overwrites every rank's model
+        dist.all_reduce(total)
+        differ += (total != mine * dist.get_world_size()).sum()
+    dist.all_reduce(differ)
+    return differ.item() == 0
+
+
 def in_sync_first_parameter_only(model):
     import torch
     import torch.distributed as dist
@@ -1180,6 +1194,15 @@ def save_the_epoch_to_resume_at(model, optimizer, epoch, path):
     dist.barrier()
 
 
+def save_epoch_seven_always(model, optimizer, epoch, path):
+    import torch
+    import torch.distributed as dist
+
+    if dist.get_rank() == 0:
+        torch.save(_checkpoint(model, optimizer, 7), path)  # the first run's epoch, hard-coded
+    dist.barrier()
+
+
 def save_the_weights_without_the_biases(model, optimizer, epoch, path):
     import torch
     import torch.distributed as dist
@@ -1229,6 +1252,14 @@ def load_returning_the_saved_epoch(model, optimizer, path):
     checkpoint = torch.load(path, map_location="cpu")
     _restore(model, optimizer, checkpoint)
     return checkpoint["epoch"]
+
+
+def load_resuming_at_five_always(model, optimizer, path):
+    import torch
+
+    checkpoint = torch.load(path, map_location="cpu")
+    _restore(model, optimizer, checkpoint)
+    return 5  # the first run's answer, hard-coded
 
 
 def load_weights_only(model, optimizer, path):
@@ -1363,6 +1394,7 @@ SWEEP = {
             (in_sync_comparing_tensors_by_identity, "sync_wrap"),
             (in_sync_looking_only_locally, "sync_local"),
             (in_sync_broadcasting_without_a_copy, "sync_overwrote"),
+            (in_sync_summing_in_place, "sync_overwrote"),
             (in_sync_first_parameter_only, "sync_missed"),
             (in_sync_parameters_only, "sync_missed"),
             (in_sync_weights_but_not_biases, "sync_missed"),
@@ -1424,6 +1456,7 @@ SWEEP = {
             (save_in_half_precision, "save_weights"),
             (save_without_the_momentum, "save_optimizer"),
             (save_the_epoch_to_resume_at, "save_epoch"),
+            (save_epoch_seven_always, "save_epoch"),
         ],
         [save_with_imported_names, save_through_a_file_object],
     ),
@@ -1434,6 +1467,7 @@ SWEEP = {
             (load_weights_only, "load_optimizer"),
             (load_returning_the_saved_epoch, "load_epoch"),
             (load_returning_a_float_epoch, "load_epoch"),
+            (load_resuming_at_five_always, "load_epoch"),
         ],
         [load_with_imported_load_to_cpu, load_with_a_location_function_into_ddp],
     ),
@@ -1603,6 +1637,9 @@ def test_a_wrong_quiz_answer_explains_the_concept_and_never_names_the_letter():
     for form in ("{})", "({})", "{}."):
         answers = {q: form.format(a) for q, a in QUIZ.items()}
         assert quiz.evaluate(lambda answers=answers: answers).passed, form
+    # Those forms read as their letters: only the one wrong letter is named.
+    mixed = quiz.evaluate(lambda: {1: "b)", 2: "(a)", 3: "C", 4: "b."})
+    assert (mixed.mistake, mixed.fields["q"]) == ("quiz_wrong", 4), str(mixed)
 
 
 # ---------------------------------------------------------------- not attempted means the stub

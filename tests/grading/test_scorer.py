@@ -113,6 +113,10 @@ def test_the_pickle_of_a_reference_names_it_without_being_loaded():
     assert scorer.course_global(dumps(lesson01.shard), references)
     assert not scorer.course_global(dumps(right_shard), references)
     assert not scorer.course_global(b"not a pickle", references)
+    # Memoized values that are not strings (a list) come first; the module's name is then
+    # fetched from the memo by its index for the second global.
+    later = dumps(([], lesson01._check_gather, lesson01.shard))
+    assert scorer.course_global(later, references)
 
 
 class _Loud:
