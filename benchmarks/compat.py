@@ -16,6 +16,7 @@ longer hold with that release are listed by cell (docs/claims.md).
 
     oldest   Colab-like: torch 2.8, ipykernel 6.17, IPython 7.34, Python 3.12, and every
              dependency at the oldest release line pyproject.toml admits
+    previous torch 2.12, the release line before the lock's, the newest kernel, Python 3.12
     newest   the newest torch the package index serves, the newest kernel, Python 3.13
 
 It prints a table. Each torch is gigabytes: the wheels are kept in a cache folder
@@ -54,6 +55,7 @@ CLAIMS_TESTS = tuple(
     f"test_claims_{name}.py" for name in ("basics", "collectives", "ddp", "torchrun", "training")
 )
 PIP_TIMEOUT = 1800  # a cold cache downloads several GB
+PREVIOUS = "2.12"  # the release line before the lock's torch (2.13)
 
 
 class CompatError(Exception):
@@ -137,6 +139,7 @@ def environments(env: dict) -> list[Environment]:
     newest = newest_torch(env)
     return [
         Environment("oldest", "3.12", [f for f in floors if f]),
+        Environment("previous", "3.12", [f"torch=={PREVIOUS}.*", "ipykernel", "ipython"]),
         Environment("newest", "3.13", [f"torch=={newest}", "ipykernel", "ipython"]),
     ]
 
@@ -494,7 +497,7 @@ def report(envs: list[Environment], wheel: Path) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=["oldest", "newest"], action="append")
+    parser.add_argument("--only", choices=["oldest", "previous", "newest"], action="append")
     parser.add_argument("--keep", action="store_true", help="keep the venvs (GBs) and print where")
     parser.add_argument(
         "--repeat", type=int, default=3, help="runs of each solution notebook (default 3)"

@@ -48,28 +48,34 @@ def ring_bytes_sent(nbytes: float, world_size: int) -> float:
     return 2 * (world_size - 1) / world_size * nbytes
 
 
-def _time_all_reduce(sizes, repeats: int) -> dict[int, float]:
-    """Run in every rank: the median seconds of an all_reduce of each size (float32)."""
+def _time_alone(nbytes: int, repeats: int) -> float:
+    """Run in every rank: the median seconds of an all_reduce of `nbytes` bytes, nothing else
+    running (each call after a barrier)."""
     import statistics
     import time
 
     import torch
     import torch.distributed as dist
 
+    tensor = torch.ones(nbytes // 4)
+    dist.all_reduce(tensor)
+    runs = []
+    for _ in range(repeats):
+        dist.barrier()
+        start = time.perf_counter()
+        dist.all_reduce(tensor)
+        runs.append(time.perf_counter() - start)
+    return statistics.median(runs)
+
+
+def _time_all_reduce(sizes, repeats: int) -> dict[int, float]:
+    """Run in every rank: the median seconds of an all_reduce of each size (float32)."""
+    import torch.distributed as dist
+
     dist.init_process_group("gloo")
     try:
-        times = {}
-        for size in sizes:
-            tensor = torch.ones(size // 4)
-            dist.all_reduce(tensor)  # a first call connects and warms the buffers
-            runs = []
-            for _ in range(repeats):
-                dist.barrier()
-                start = time.perf_counter()
-                dist.all_reduce(tensor)
-                runs.append(time.perf_counter() - start)
-            times[size] = statistics.median(runs)
-        return times
+        # Each size's first call connects and warms the buffers; it is not timed.
+        return {size: _time_alone(size, repeats) for size in sizes}
     finally:
         dist.destroy_process_group()
 
@@ -134,8 +140,9 @@ def plot_all_reduce(measured: dict[int, dict[int, float]]):
 
 
 def _time_ddp_step(hidden: int, layers: int, steps: int) -> dict:
-    """Run in every rank: each bucket's bytes, and the median span of a step's all-reduces
-    (from the first bucket handed over to the last one reduced), timed by a comm hook."""
+    """Run in every rank: each bucket's bytes; the median span of a step's all-reduces (from
+    the first bucket handed over to the last one reduced, backward's computation included),
+    timed by a comm hook; and each bucket's all_reduce timed alone, afterwards."""
     import statistics
     import time
 
@@ -165,16 +172,19 @@ def _time_ddp_step(hidden: int, layers: int, steps: int) -> dict:
             torch.nn.functional.mse_loss(model(x), y).backward()
             if step >= 2:
                 spans.append(max(ends) - min(starts))
+        sizes = [buckets[i] for i in sorted(buckets)]
         return {
-            "bucket_bytes": [buckets[i] for i in sorted(buckets)],
+            "bucket_bytes": sizes,
             "span": statistics.median(spans),
+            "alone": [_time_alone(size, repeats=3 * steps) for size in sizes],
         }
     finally:
         dist.destroy_process_group()
 
 
 def time_ddp_step(hidden: int = 1024, layers: int = 2, world_size: int = 2, steps: int = 5) -> dict:
-    """Rank 0's buckets and its measured communication span per step (see _time_ddp_step)."""
+    """Rank 0's buckets, the span of a step's all-reduces, and each bucket's all_reduce timed
+    alone (see _time_ddp_step)."""
     from .launcher import launch
 
     return launch(_time_ddp_step, hidden, layers, steps, nprocs=world_size, timeout=300).rank0

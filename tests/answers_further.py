@@ -212,7 +212,7 @@ SWEEP_3_5 = (
 
 
 def _lengths(values):
-    n = torch.tensor([len(values)])
+    n = torch.tensor([len(values)], device=values.device)
     lengths = [torch.zeros_like(n) for _ in range(dist.get_world_size())]
     dist.all_gather(lengths, n)
     return [int(k) for k in lengths]
@@ -231,6 +231,11 @@ def _padded_parts(values):
 def gather_as_a_list(values):
     parts, lengths = _padded_parts(values)
     return [v for part, n in zip(parts, lengths, strict=True) for v in part[:n].tolist()]
+
+
+def gather_stacked(values):
+    parts, lengths = _padded_parts(values)
+    return torch.stack(parts)  # one row per rank, padding and all
 
 
 def gather_without_padding(values):
@@ -283,13 +288,24 @@ def gather_as_objects(values):
 
 
 def gather_with_a_mask(values):
-    lengths = torch.tensor(_lengths(values))
-    padded = torch.zeros(int(lengths.max()), dtype=values.dtype)
+    lengths = torch.tensor(_lengths(values), device=values.device)
+    padded = torch.zeros(int(lengths.max()), dtype=values.dtype, device=values.device)
     padded[: len(values)] = values
     parts = [torch.empty_like(padded) for _ in range(len(lengths))]
     dist.all_gather(parts, padded)
-    keep = torch.arange(int(lengths.max()))[None, :] < lengths[:, None]
+    keep = torch.arange(int(lengths.max()), device=values.device)[None, :] < lengths[:, None]
     return torch.stack(parts)[keep]
+
+
+def gather_sizes_on_the_cpu(values):
+    n = torch.tensor([len(values)])  # made without device=: the CPU, under nccl too
+    lengths = [torch.zeros_like(n) for _ in range(dist.get_world_size())]
+    dist.all_gather(lengths, n)
+    padded = values.new_zeros(max(int(k) for k in lengths))
+    padded[: len(values)] = values
+    parts = [torch.zeros_like(padded) for _ in lengths]
+    dist.all_gather(parts, padded)
+    return torch.cat([p[: int(k)] for p, k in zip(parts, lengths, strict=True)])
 
 
 SWEEP_4_7 = (
@@ -301,7 +317,9 @@ SWEEP_4_7 = (
         (gather_in_reverse, "gather_order"),
         (gather_padded_with_floats, "gather_dtype"),
         (gather_as_a_list, "gather_not_tensor"),
+        (gather_stacked, "gather_shape"),
         (gather_dropping_zeros, "gather_count"),
+        (gather_sizes_on_the_cpu, "off_device"),
     ],
     [gather_as_objects, gather_with_a_mask],
 )
@@ -396,6 +414,27 @@ class MiniLaunchingInFinish(_Mini):
     def finish(self):
         for i in range(len(self.buckets)):
             super().launch(i)  # async, but only once backward is over
+        super().finish()
+
+
+class MiniBroadcastingParametersOnly(_Mini):
+    """Wrong: rank 0's parameters broadcast, its buffers not."""
+
+    def broadcast(self):
+        for p in self.module.parameters():
+            dist.broadcast(p.data, src=0)
+
+
+class MiniLaunchingAllButTheFirstInFinish(_Mini):
+    """Wrong: the first bucket launched in its hook, every other one only in finish."""
+
+    def launch(self, i):
+        if i == 0:
+            super().launch(i)
+
+    def finish(self):
+        for i in range(1, len(self.buckets)):
+            super().launch(i)
         super().finish()
 
 
@@ -522,6 +561,8 @@ class MiniWithPositionalArguments(_Mini):
 SWEEP_3_6 = (
     [
         (MiniWithoutBroadcast, "mini_no_broadcast"),
+        (MiniBroadcastingParametersOnly, "mini_no_broadcast"),
+        (MiniLaunchingAllButTheFirstInFinish, "mini_late"),
         (MiniSynchronous, "mini_sync"),
         (MiniWaitingForFullBuckets, "mini_never"),
         (MiniReducingAgainInFinish, "mini_twice"),

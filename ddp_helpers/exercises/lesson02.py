@@ -10,6 +10,7 @@ from ..i18n import messages
 from ..launcher import expect_ddp
 from ._core import Exercise, Mistake, Phrase, Wrong, answers_to, process_group, run_on_ranks
 from ._core import progress as _progress
+from .devices import made_off_device
 
 # Going further's gradient average is checked against DDP's (launcher.expect_ddp).
 expect_ddp()
@@ -198,8 +199,8 @@ MESSAGES = messages(
             "dist.all_reduce(p.grad) on every rank, then p.grad /= dist.get_world_size()."
         ),
         "avg_sum": (
-            "Your gradients are {ratio:.2f} times DDP's: all_reduce sums, so divide by the "
-            "world size to get the average DDP uses."
+            "On {ranks} ranks your gradients are {ratio:.2f} times DDP's: all_reduce sums, "
+            "so divide by the world size to get the average DDP uses."
         ),
         "avg_sum.title": "summed, not averaged",
         "avg_unchanged": (
@@ -207,9 +208,22 @@ MESSAGES = messages(
             "them across the ranks."
         ),
         "avg_unchanged.title": "the gradients were not reduced",
-        "avg_differ": "Your gradients differ from DDP's by up to {diff:.3g} (allowed: 1e-6).",
+        "avg_local": (
+            "On {machines} machines x {local} ranks your gradients are {machines} times "
+            "DDP's: they were divided by the ranks of one machine ({local}, "
+            "LOCAL_WORLD_SIZE), not by all {ranks} (dist.get_world_size())."
+        ),
+        "avg_local.title": "divided by one machine's ranks, not the world size",
+        "avg_differ": (
+            "On {ranks} ranks ({machines} machine(s)) your gradients differ from DDP's by up "
+            "to {diff:.3g} (allowed: 1e-6)."
+        ),
         "avg_differ.title": "other gradients than DDP's",
-        "avg_ok": "Equal to DDP's averaged gradients (max difference {diff:.1e}) on 2 ranks.",
+        "avg_ok": (
+            "Equal to DDP's averaged gradients (max difference {diff:.1e}) on 2 and 3 "
+            "ranks and on 2 machines x 2 ranks; every tensor it sent made on the model's "
+            "device."
+        ),
     },
 )
 
@@ -603,19 +617,34 @@ def _average_gradients_harness(average_gradients):
         )
         diff = (mine - theirs).abs().max().item()
         ratio = (mine.norm() / theirs.norm()).item()
-        return {"diff": diff, "ratio": ratio, "unchanged": unchanged}
+        off_device = made_off_device(average_gradients, model)
+        return {"diff": diff, "ratio": ratio, "unchanged": unchanged, "off_device": off_device}
+
+
+# (ranks, machines): two world sizes on one machine, and 2 machines x 2 ranks, where the
+# ranks of one machine (LOCAL_WORLD_SIZE) are not all of them.
+AVG_RUNS = ((2, 1), (3, 1), (4, 2))
 
 
 def _check_average(fn) -> Phrase:
-    results = run_on_ranks(_average_gradients_harness, fn, nprocs=2)
-    worst = max(results, key=lambda r: r["diff"])
-    if worst["diff"] <= 1e-6:
-        return Phrase("avg_ok", diff=worst["diff"])
-    if all(r["unchanged"] for r in results):
-        raise Wrong("avg_unchanged")
-    if abs(worst["ratio"] - 2.0) < 0.05:
-        raise Wrong("avg_sum", ratio=worst["ratio"])
-    raise Wrong("avg_differ", diff=worst["diff"])
+    worst_diff, off_device = 0.0, []
+    for ranks, machines in AVG_RUNS:
+        results = run_on_ranks(_average_gradients_harness, fn, nprocs=ranks, nnodes=machines)
+        worst = max(results, key=lambda r: r["diff"])
+        off_device += [r["off_device"] for r in results if r["off_device"]]
+        if worst["diff"] <= 1e-6:
+            worst_diff = max(worst_diff, worst["diff"])
+            continue
+        if all(r["unchanged"] for r in results):
+            raise Wrong("avg_unchanged")
+        if abs(worst["ratio"] - ranks) < 0.05:
+            raise Wrong("avg_sum", ratio=worst["ratio"], ranks=ranks)
+        if machines > 1 and abs(worst["ratio"] - machines) < 0.05:
+            raise Wrong("avg_local", ranks=ranks, machines=machines, local=ranks // machines)
+        raise Wrong("avg_differ", diff=worst["diff"], ranks=ranks, machines=machines)
+    if off_device:
+        raise Wrong("off_device", function="average_gradients", collective=off_device[0])
+    return Phrase("avg_ok", diff=worst_diff)
 
 
 q1 = Exercise(
@@ -687,6 +716,8 @@ q4 = Exercise(
         "avg_sum": Mistake(hint="avg_divide"),
         "avg_unchanged": Mistake(hint="avg_divide"),
         "avg_differ": Mistake(hint="avg_divide"),
+        "avg_local": Mistake(hint="avg_divide"),
+        "off_device": Mistake(),
         "hang": Mistake(hint="avg_same_calls"),
         "mismatch": Mistake(hint="avg_same_calls"),
     },

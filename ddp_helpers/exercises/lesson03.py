@@ -21,6 +21,7 @@ from ._core import (
     weights_apart,
 )
 from ._core import progress as _progress
+from .devices import made_off_device
 from .mini_ddp import buckets_for as buckets_for  # exercise 3.6 lays out its buckets with it
 from .mini_ddp import exercise as q6
 from .mini_ddp import mini_ddp_timeline as mini_ddp_timeline
@@ -166,8 +167,9 @@ MESSAGES = messages(
         "change_last_parameter": "the last parameter",
         "change_buffer": "a buffer (BatchNorm's running mean)",
         "sync_ok": (
-            "False before wrapping, True after, False after rank 1 changed a weight, a "
-            "bias, the last parameter or a buffer; the same answer on every rank."
+            "On 2 and 3 ranks: False before wrapping, True after, False after rank 1 "
+            "changed a weight, a bias, the last parameter or a buffer; the same answer on "
+            "every rank, and every tensor it sent made on the model's device."
         ),
         "hint.ratio_average": (
             "DDP averages the ranks' gradients. With a summed loss each rank's gradient is "
@@ -548,15 +550,26 @@ def _params_in_sync_harness(params_in_sync):
             answers[what] = asked(ddp)
             with torch.no_grad():
                 state[name].copy_(saved)
-        return {**answers, "overwrote": any(overwrote)}
+        off_device = made_off_device(params_in_sync, ddp)
+        return {**answers, "overwrote": any(overwrote), "off_device": off_device}
+
+
+SYNC_RANKS = (2, 3)  # rank 1 changes its copy: on 3 ranks, rank 2 still agrees with rank 0
 
 
 def _check_sync(fn) -> Phrase:
-    answers = run_on_ranks(_params_in_sync_harness, fn, nprocs=2)
+    for ranks in SYNC_RANKS:
+        _check_sync_on(fn, ranks)
+    return Phrase("sync_ok")
+
+
+def _check_sync_on(fn, ranks: int) -> None:
+    answers = run_on_ranks(_params_in_sync_harness, fn, nprocs=ranks)
+    off_device = [got.pop("off_device") for got in answers]
     for rank, got in enumerate(answers):
         if got.pop("overwrote"):
             raise Wrong("sync_overwrote", rank=rank)
-    if answers[0] != answers[1]:
+    if any(a != answers[0] for a in answers[1:]):
         cases = Listed(Phrase(case) for case in answers[0])
         table = [list(a.values()) for a in answers]
         raise Wrong("sync_disagree", cases=cases, answers=table)
@@ -570,7 +583,8 @@ def _check_sync(fn) -> Phrase:
             raise Wrong("sync_missed", what=Phrase(missed[0]), rank=rank)
         if got["case_before"]:
             raise Wrong("sync_before", rank=rank)
-    return Phrase("sync_ok")
+    for collective in filter(None, off_device):
+        raise Wrong("off_device", function="params_in_sync", collective=collective)
 
 
 STEPS, BATCH = 20, 8
@@ -809,6 +823,7 @@ q2 = Exercise(
         "sync_local": Mistake(hint="sync_communicate"),
         "sync_missed": Mistake(hint="sync_every_tensor"),
         "sync_before": Mistake(hint="sync_communicate"),
+        "off_device": Mistake(),
         "hang": Mistake(hint="sync_same_answer"),
         "mismatch": Mistake(hint="sync_same_answer"),
     },

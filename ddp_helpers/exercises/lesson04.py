@@ -30,6 +30,7 @@ from .capstone import (  # noqa: F401 - the capstone's data and model, as ex.mak
     make_loader,  # exercise 4.1's reference: the capstone is made of it
     make_model,
 )
+from .devices import made_off_device
 
 # This lesson's cells and checks wrap models in DDP (launcher.expect_ddp says what it does).
 expect_ddp()
@@ -160,6 +161,12 @@ MESSAGES = messages(
             "dropout switched off. Put back the mode it was in."
         ),
         "eval_not_restored.title": "training mode not restored",
+        "eval_forced_train": (
+            "The model came to evaluate in eval mode and left it in training mode: put "
+            "back the mode it was in (was_training = model.training first, then "
+            "model.train(was_training)), not always training."
+        ),
+        "eval_forced_train.title": "always left in training mode",
         "eval_everything": (
             "Every rank evaluated all {n} items ({rows} rows each): the work was not split."
         ),
@@ -207,8 +214,9 @@ MESSAGES = messages(
             "On {ranks} ranks, with the check's own model (BatchNorm and dropout, trained a "
             "step first) and its own data ({cases}), exactly what one process with rank 0's "
             "model counts: every example once, the work split, in eval mode, every rank with "
-            "rank 0's BatchNorm statistics; training mode restored. (Its counts are not the "
-            "notebook's.)"
+            "rank 0's BatchNorm statistics; the mode it was handed in given back (training, "
+            "then eval); the counts it sent made on the model's device. (Its counts are not "
+            "the notebook's.)"
         ),
         "eval_case": "{want} of {n} examples correct",
         "hint.save_one_writer": (
@@ -250,6 +258,11 @@ MESSAGES = messages(
             "instead."
         ),
         "save_whole.title": "a model or optimizer saved whole, not its state_dict",
+        "save_not_state": (
+            "The checkpoint's '{what}' holds a {kind}, not a state_dict (a dict of "
+            "tensors): save what `{call}` returns."
+        ),
+        "save_not_state.title": "something other than a state_dict saved",
         "save_prefix": "The saved model keys start with `module.` ({key!r}).",
         "save_prefix.title": "DDP's state_dict saved (keys start with `module.`)",
         "save_strict": "A plain model could not load the saved weights: {error}",
@@ -388,9 +401,16 @@ MESSAGES = messages(
             "ranks' values (torch.cat of the gathered parts)."
         ),
         "gather_not_tensor.title": "not a tensor",
+        "gather_shape": (
+            "gather_all returned a tensor of shape {shape}: return one 1-D tensor of all "
+            "the ranks' values, in rank order (torch.cat of the parts, each cut back to its "
+            "length)."
+        ),
+        "gather_shape.title": "not one 1-D tensor",
         "gather_ok": (
             "On 3 ranks holding 5, 0 and 3 values and on 2 ranks holding 4 and 4, float "
-            "and integer: every rank returned every rank's values, in rank order."
+            "and integer: every rank returned every rank's values, in rank order, and every "
+            "tensor it sent was made on the values' device."
         ),
     },
 )
@@ -586,7 +606,7 @@ def _count_alone(module, dataset) -> int:
         return int((alone(x).argmax(1) == y).sum())
 
 
-def _evaluate_harness(evaluate, n):
+def _evaluate_harness(evaluate, n, handed_training=True):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -597,6 +617,7 @@ def _evaluate_harness(evaluate, n):
         _train_a_step(model, rank)  # the next DDP forward broadcasts rank 0's buffers
         data = _eval_data(n)
         want = _count_alone(model.module, data) if rank == 0 else None
+        model.train(handed_training)  # the mode evaluate must give back
         model.module[0].calls.clear()
         samplers = _count_samplers()
         got = evaluate(model, data)
@@ -604,14 +625,15 @@ def _evaluate_harness(evaluate, n):
             got = tuple(int(v) for v in got)
         except (TypeError, ValueError):
             got = repr(got)
-        return {
+        seen = {
             "got": got,
             "want": want,
-            "calls": model.module[0].calls,
+            "calls": list(model.module[0].calls),
             "training_after": model.training,
             "stats": [b.tolist() for b in model.module[2].buffers()],
             "samplers": len(samplers),
         }
+        return {**seen, "off_device": made_off_device(evaluate, model, data)}
 
 
 def _count_samplers() -> list:
@@ -643,18 +665,20 @@ def _judge_counts(answers, n: int, ranks: int, sampler: bool) -> None:
         raise Wrong("eval_counted_extra", **{**args, "extra": total - n})
 
 
+# The mode the model is handed over in: training (evaluate must restore it), then eval mode
+# (it must stay so: an answer that always ends in model.train() changes it).
 # 517 on 2 ranks: shares of 259 and 258 rows, so no batch of 128 leaves a single row
 # (BatchNorm refuses one row in training mode, which would hide the mistake behind its error).
 # (ranks, items). 517 items: 3 batches on each rank. 513 (the notebook's): 3 and 2, so an
 # evaluation that leaves gradients on, where every DDP forward broadcasts the buffers, hangs
 # there (hence the hang's hint, no_grad; a forward on rank 0 alone is a mismatch on 517).
-EVALUATE_CASES = ((2, 517), (2, 513))
+EVALUATE_CASES = ((2, 517, True), (2, 513, False))
 
 
 def _check_evaluate(fn, cases=EVALUATE_CASES) -> Phrase:
-    counted = []
-    for ranks, n in cases:
-        results = run_on_ranks(_evaluate_harness, fn, n, nprocs=ranks)
+    counted, off_device = [], []
+    for ranks, n, handed_training in cases:
+        results = run_on_ranks(_evaluate_harness, fn, n, handed_training, nprocs=ranks)
         for rank, r in enumerate(results):
             if not isinstance(r["got"], tuple) or len(r["got"]) != 2:
                 raise Wrong("eval_shape", got=r["got"], rank=rank)
@@ -663,8 +687,8 @@ def _check_evaluate(fn, cases=EVALUATE_CASES) -> Phrase:
         in_training = sum(training for training, _ in calls)
         if in_training:
             raise Wrong("eval_train_mode", calls=in_training, all=len(calls))
-        if not all(r["training_after"] for r in results):
-            raise Wrong("eval_not_restored")
+        if any(r["training_after"] != handed_training for r in results):
+            raise Wrong("eval_not_restored" if handed_training else "eval_forced_train")
         rows = [sum(k for _, k in r["calls"]) for r in results]
         if all(k >= n for k in rows):
             raise Wrong("eval_everything", n=n, rows=rows[0])
@@ -681,8 +705,11 @@ def _check_evaluate(fn, cases=EVALUATE_CASES) -> Phrase:
         _judge_counts(answers, n, ranks, any(r["samplers"] for r in results))
         if answers[0][0] != want:
             raise Wrong("eval_correct", n=n, got=answers[0][0], want=want)
+        off_device += [r["off_device"] for r in results if r["off_device"]]
         counted.append(Phrase("eval_case", want=want, n=n))
-    worlds = sorted({world for world, _ in cases})
+    if off_device:  # after every case: what the answer computes wrong is named first
+        raise Wrong("off_device", function="evaluate", collective=off_device[0])
+    worlds = sorted({world for world, _, _ in cases})
     return Phrase(
         "eval_ok",
         ranks=worlds[0] if len(worlds) == 1 else and_list(worlds),
@@ -692,7 +719,7 @@ def _check_evaluate(fn, cases=EVALUATE_CASES) -> Phrase:
 
 def _hidden_evaluate(fn) -> Phrase:
     # Three ranks, where the sampler pads with two repeats: a world size the check never shows.
-    return _check_evaluate(fn, ((3, 514),))
+    return _check_evaluate(fn, ((3, 514, True),))
 
 
 # ---------------------------------------------------------------- 4.5 and 4.6 checkpoints
@@ -772,13 +799,13 @@ def _save_harness(save_checkpoint, folder, epoch):
             info["written_at"] = os.stat(rank0_file).st_mtime
             ckpt = torch.load(rank0_file, map_location="cpu", weights_only=False)
             info["keys"] = sorted(ckpt) if isinstance(ckpt, dict) else type(ckpt).__name__
-            whole = [
-                (what, type(ckpt[what]).__name__)
+            not_states = [
+                (what, type(ckpt[what]).__name__, hasattr(ckpt[what], "state_dict"))
                 for what in ("model", "optimizer")
                 if isinstance(ckpt, dict) and what in ckpt and not isinstance(ckpt[what], dict)
             ]
-            if whole:  # a module or an optimizer itself: not a state_dict to look into
-                info["whole"] = list(whole[0])
+            if not_states:  # the module or optimizer itself, or something else: no state_dict
+                info["whole"] = list(not_states[0])
             elif isinstance(ckpt, dict) and {"model", "optimizer", "epoch"} <= set(ckpt):
                 info["first_key"] = next(iter(ckpt["model"]), "")
                 bare = _make_net()
@@ -827,9 +854,11 @@ def _check_save(fn) -> Phrase:
                 raise Wrong("save_barrier", rank=rank)
         info = results[0]
         if "whole" in info:
-            what, kind = info["whole"]
+            what, kind, itself = info["whole"]
             call = "model.module.state_dict()" if what == "model" else "optimizer.state_dict()"
-            raise Wrong("save_whole", what=what, kind=kind, call=call)
+            raise Wrong(
+                "save_whole" if itself else "save_not_state", what=what, kind=kind, call=call
+            )
         keys = info.get("keys")
         if not isinstance(keys, list) or not {"model", "optimizer", "epoch"} <= set(keys):
             raise Wrong("save_keys", keys=keys)
@@ -1010,12 +1039,17 @@ def _gather_harness(fn, lengths, dtype):
             return {"sizes": exc.args[0]}
         if not isinstance(got, torch.Tensor):
             return {"returned": type(got).__name__}
-        return {"values": got.tolist(), "dtype": str(got.dtype).removeprefix("torch.")}
+        if got.dim() != 1:
+            return {"shape": list(got.shape)}
+        seen = {"values": got.tolist(), "dtype": str(got.dtype).removeprefix("torch.")}
+        values = _gather_values(dist.get_rank(), lengths, dtype)
+        return {**seen, "off_device": made_off_device(fn, values)}
 
 
 def _check_gather(fn) -> Phrase:
     import torch
 
+    off_device = []
     for ranks, lengths, dtype in GATHER_CASES:
         runs = run_on_ranks(_gather_harness, fn, lengths, dtype, nprocs=ranks, timeout=20)
         want = torch.cat([_gather_values(r, lengths, dtype) for r in range(ranks)]).tolist()
@@ -1026,6 +1060,8 @@ def _check_gather(fn) -> Phrase:
                 raise Wrong("gather_sizes", ranks=ranks, lengths=shown, sizes=sizes)
             if "returned" in run:
                 raise Wrong("gather_not_tensor", got=run["returned"])
+            if "shape" in run:
+                raise Wrong("gather_shape", shape=tuple(run["shape"]))
         for rank, run in enumerate(runs[1:], 1):
             if run != runs[0]:
                 raise Wrong("gather_disagree", ranks=ranks, rank=rank)
@@ -1039,6 +1075,9 @@ def _check_gather(fn) -> Phrase:
             raise Wrong("gather_order", ranks=ranks)
         if runs[0]["dtype"] != dtype:
             raise Wrong("gather_dtype", got=runs[0]["dtype"], want=dtype)
+        off_device += [run["off_device"] for run in runs if run["off_device"]]
+    if off_device:  # after every case: what the answer computes wrong is named first
+        raise Wrong("off_device", function="gather_all", collective=off_device[0])
     return Phrase("gather_ok")
 
 
@@ -1088,6 +1127,7 @@ q4 = Exercise(
         "eval_shape": Mistake(hint="eval_reduce"),
         "eval_train_mode": Mistake(hint="eval_mode"),
         "eval_not_restored": Mistake(hint="eval_mode"),
+        "eval_forced_train": Mistake(hint="eval_mode"),
         "eval_counted_extra": Mistake(hint="eval_no_padding"),
         "eval_everything": Mistake(hint="eval_reduce"),
         "eval_idle": Mistake(hint="eval_reduce"),
@@ -1097,6 +1137,7 @@ q4 = Exercise(
         "eval_share": Mistake(hint="eval_reduce"),
         "eval_dropped": Mistake(hint="eval_no_padding"),
         "eval_correct": Mistake(hint="eval_mode"),
+        "off_device": Mistake(),
         "hang": Mistake(hint="eval_mode"),
         "mismatch": Mistake(hint="eval_ddp_forward"),
     },
@@ -1118,6 +1159,7 @@ q5 = Exercise(
         "save_barrier": Mistake(hint="save_barrier"),
         "save_keys": Mistake(hint="save_one_writer"),
         "save_whole": Mistake(hint="save_one_writer"),
+        "save_not_state": Mistake(hint="save_one_writer"),
         "save_prefix": Mistake(hint="save_module"),
         "save_strict": Mistake(hint="save_module"),
         "save_weights": Mistake(hint="save_one_writer"),
@@ -1161,6 +1203,8 @@ q7 = Exercise(
         "gather_order": Mistake(hint="gather_every_rank"),
         "gather_dtype": Mistake(hint="gather_pad"),
         "gather_not_tensor": Mistake(hint="gather_pad"),
+        "gather_shape": Mistake(hint="gather_every_rank"),
+        "off_device": Mistake(),
         "hang": Mistake(hint="gather_every_rank"),
         "mismatch": Mistake(hint="gather_every_rank"),
     },

@@ -45,8 +45,9 @@ MESSAGES = messages(
             "self.works.append(dist.all_reduce(flat, async_op=True))."
         ),
         "mini_no_broadcast": (
-            "After MiniDDP(...) the ranks' weights differ by up to {diff:.1e}: each rank kept "
-            "its own. Broadcast rank 0's at construction."
+            "After MiniDDP(...) the ranks' weights or buffers differ by up to {diff:.1e}: "
+            "each rank kept its own. Broadcast rank 0's at construction, buffers too "
+            "(module.state_dict() holds both)."
         ),
         "mini_no_broadcast.title": "no broadcast at construction",
         "mini_sync": (
@@ -70,8 +71,8 @@ MESSAGES = messages(
         ),
         "mini_split.title": "a bucket all-reduced in parts",
         "mini_late": (
-            "Every all_reduce started after backward() had returned: launch each bucket "
-            "from the hook that completes it, while backward goes on."
+            "{late} of {calls} all_reduce calls started after backward() had returned: "
+            "launch each bucket from the hook that completes it, while backward goes on."
         ),
         "mini_late.title": "all_reduces started after backward",
         "mini_waited": (
@@ -132,13 +133,25 @@ RANKS = (2, 3)
 
 
 def mini_model(seed: int = 0):
-    """Three linear layers of uneven sizes (4801 parameters), seeded."""
+    """Three linear layers of uneven sizes (4801 parameters) and a buffer that shifts the
+    hidden layer (64 values, seeded like the weights: an answer that broadcasts only the
+    parameters leaves the ranks' models apart), seeded."""
     import torch
+
+    class Shift(torch.nn.Module):
+        """Adds a buffer (no gradient, not a parameter) to its input."""
+
+        def __init__(self, n: int):
+            super().__init__()
+            self.register_buffer("shift", torch.randn(n))
+
+        def forward(self, x):
+            return x + self.shift
 
     torch.manual_seed(seed)
     return torch.nn.Sequential(
-        torch.nn.Linear(8, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(),
-        torch.nn.Linear(64, 1),
+        torch.nn.Linear(8, 64), torch.nn.Tanh(), Shift(64), torch.nn.Linear(64, 64),
+        torch.nn.Tanh(), torch.nn.Linear(64, 1),
     )  # fmt: skip
 
 
@@ -284,7 +297,6 @@ class _Spy:
 
         bound = inspect.signature(self._real).bind(tensor, *args, **kwargs)
         call = {"start": time.perf_counter(), "size": tensor.numel(), "end": None}
-        call["tensor"] = (tensor.data_ptr(), tensor.numel())  # the same tensor again: twice
         call["async"] = bool(bound.arguments.get("async_op", False))
         if self._keep:  # what the rank handed over, before the sum
             call["input"] = tensor.detach().clone()
@@ -340,7 +352,7 @@ def _mini_ddp_harness(cls, bucket_mbs):
             spy = _Spy(keep=True)
             try:
                 mini = cls(module, mb)
-                weights = [p.detach().clone() for p in module.parameters()]
+                weights = [t.detach().clone() for t in module.state_dict().values()]
                 torch.nn.functional.mse_loss(mini(x), y).backward()
                 backward_end = time.perf_counter()
                 local = {id(p): p.grad.clone() for p in module.parameters()}
@@ -397,11 +409,12 @@ def _judge(run: dict, world: int) -> None:
     if len(calls) < len(want_sizes):
         raise Wrong("mini_never", **counts)
     if len(calls) > len(want_sizes):
-        tensors = [c["tensor"] for c in calls]
-        twice = len(set(tensors)) < len(tensors)  # one buffer all-reduced again
+        # Every call a whole bucket's size: a bucket reduced again; a smaller one: in parts.
+        twice = all(c["size"] in want_sizes for c in calls)
         raise Wrong("mini_twice" if twice else "mini_split", **counts)
-    if calls[0]["start"] >= run["backward_end"]:
-        raise Wrong("mini_late")
+    late = sum(c["start"] >= run["backward_end"] for c in calls)
+    if late:
+        raise Wrong("mini_late", late=late, calls=len(calls))
     if any(c.get("waited", run["backward_end"]) < run["backward_end"] for c in calls):
         raise Wrong("mini_waited")
     if len(want_sizes) > 1 and calls[0]["start"] > run["last_bucket_begun"]:

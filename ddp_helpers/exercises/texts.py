@@ -64,6 +64,14 @@ MESSAGES = i18n.messages(
             "The answer did not return within {timeout:g} s (an endless loop?), so it was stopped."
         ),
         "endless.title": "did not return (an endless loop?)",
+        "off_device": (
+            "`{function}()` handed {collective}() a tensor made without device=. Here, on "
+            "the CPU, that is where the model is, so it works; under nccl the model and the "
+            "data are on the rank's GPU, a tensor made without device= stays on the CPU, and "
+            "nccl refuses it. Make it where the data are: device=next(model.parameters())"
+            ".device, or from a tensor you were given (t.device, torch.zeros_like(t))."
+        ),
+        "off_device.title": "a tensor for a collective made without device=",
         "from_course": (
             "`{name}` runs the course's own reference answer (from `ddp_helpers`), not code "
             "written in this notebook: write your own."

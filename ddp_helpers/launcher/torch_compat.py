@@ -17,7 +17,7 @@ from ..i18n import messages
 
 # torch releases the launcher is tested with: the lock's, and those `make compat` installs
 # (docs/development.md, "torch versions"). Another release works, with a warning (peer_text).
-KNOWN_GOOD = ("2.8.0", "2.13.0", "2.15.0")
+KNOWN_GOOD = ("2.8.0", "2.12.1", "2.13.0", "2.15.0")
 
 MESSAGES = messages(
     "launcher.torch_compat",

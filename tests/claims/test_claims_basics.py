@@ -5,6 +5,7 @@ names each claim's cell and its test here."""
 from __future__ import annotations
 
 import math
+import os
 import socket
 
 import pytest
@@ -291,7 +292,12 @@ def test_the_automatic_choice_reads_the_accelerators_kind_and_registers_nccl_alo
     import torch
     from torch.distributed.distributed_c10d import Backend, BackendConfig
 
+    # A CUDA machine, as each release asks for it: torch._C._get_accelerator (2.13),
+    # torch.accelerator.current_accelerator(check_available=True) (2.15).
     monkeypatch.setattr(torch._C, "_get_accelerator", lambda: torch.device("cuda"))
+    if hasattr(torch, "accelerator"):
+        cuda = lambda check_available=False: torch.device("cuda")  # noqa: E731
+        monkeypatch.setattr(torch.accelerator, "current_accelerator", cuda)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
     assert str(BackendConfig(Backend(Backend.UNDEFINED))) == "cuda:nccl"
     assert str(BackendConfig(Backend("cpu:gloo,cuda:nccl"))) == "cpu:gloo,cuda:nccl"
@@ -302,17 +308,24 @@ def _nccl_here() -> str:
 
     try:
         dist.init_process_group("nccl")
-    except RuntimeError:
-        return "RuntimeError"
+    except (RuntimeError, ValueError) as error:
+        return f"{type(error).__name__}: {error}"
     return "initialised"
 
 
-def test_nccl_on_a_cpu_build_is_refused_at_init():
-    # 02-21: torch built without NCCL (this CPU build) refuses the nccl backend.
-    import torch.distributed as dist
+def test_nccl_on_a_machine_without_a_gpu_is_refused_at_init_with_the_builds_reason():
+    # 02-21: a CPU-only build of torch (the lock's) says NCCL is not built in; a CUDA build
+    # on a machine without a GPU (make compat's builds, here) says a GPU is missing, in
+    # words that changed: "no GPUs found" (2.12), "requires at least one CUDA device"
+    # (2.15).
+    import torch
 
-    assert not dist.is_nccl_available()
-    assert launch(_nccl_here, nprocs=1)[0] == "RuntimeError"
+    said = launch(_nccl_here, nprocs=1)[0]
+    if torch.version.cuda is None:
+        assert said.startswith("RuntimeError") and "have NCCL built in" in said, said
+    else:
+        assert not torch.cuda.is_available(), "the claim is about a machine without a GPU"
+        assert "no GPUs found" in said or "requires at least one CUDA device" in said, said
 
 
 def test_a_store_on_a_taken_port_fails_at_once():
@@ -450,3 +463,21 @@ def _sync_batchnorm_forwards() -> list:
             found.append("ValueError")
     dist.destroy_process_group()
     return found
+
+
+def test_cuda_visible_devices_is_what_a_rank_counts_its_gpus_from():
+    # 02-03: a scheduler that gives each task one GPU (CUDA_VISIBLE_DEVICES=3 for this task)
+    # leaves torch one device to count, whatever the machine holds.
+    import subprocess
+    import sys
+
+    probe = "import torch.cuda as c; print(c._parse_visible_devices())"
+    for visible, seen in (("3", "[3]"), ("0,1,2,3", "[0, 1, 2, 3]")):
+        out = subprocess.run(
+            [sys.executable, "-c", probe],
+            env={**os.environ, "CUDA_VISIBLE_DEVICES": visible},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        assert out == seen, (visible, out)

@@ -453,6 +453,32 @@ def gradients_left_alone(model):
     pass
 
 
+def gradients_divided_by_the_local_world_size(model):
+    import os
+
+    import torch.distributed as dist
+
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+        p.grad /= int(os.environ["LOCAL_WORLD_SIZE"])  # the ranks of this machine only
+
+
+def gradients_averaged_in_a_flat_buffer_on_the_cpu(model):
+    import torch
+    import torch.distributed as dist
+
+    grads = [p.grad for p in model.parameters()]
+    flat = torch.zeros(sum(g.numel() for g in grads))  # made without device=
+    offset = 0
+    for g in grads:
+        flat[offset : offset + g.numel()].copy_(g.view(-1))
+        offset += g.numel()
+    dist.all_reduce(flat)
+    flat /= dist.get_world_size()
+    for g, part in zip(grads, flat.split([g.numel() for g in grads]), strict=True):
+        g.copy_(part.view_as(g))
+
+
 def gradients_averaged_on_rank_zero_only(model):
     import torch.distributed as dist
 
@@ -596,19 +622,11 @@ def in_sync_comparing_tensors_by_identity(model):
 
 
 def in_sync_true_for_a_model_not_yet_wrapped(model):
-    import torch
-    import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
     if not isinstance(model, DistributedDataParallel):
         return True  # "only DDP keeps copies", so a plain model counts as in sync
-    differ = torch.zeros(1)
-    for t in [*model.parameters(), *model.buffers()]:
-        rank0 = t.detach().clone()
-        dist.broadcast(rank0, src=0)
-        differ += (rank0 != t).sum()
-    dist.all_reduce(differ)
-    return differ.item() == 0
+    return in_sync_counting_on_the_cpu(model)
 
 
 def in_sync_by_gathering_state_dicts(model):
@@ -632,6 +650,19 @@ def in_sync_by_max_and_min(model):
         dist.all_reduce(low, op=dist.ReduceOp.MIN)
         equal = equal and torch.equal(high, low)
     return equal  # max == min everywhere, on every rank: the same on all
+
+
+def in_sync_counting_on_the_cpu(model):
+    import torch
+    import torch.distributed as dist
+
+    differ = torch.zeros(1)  # made without device=: the CPU, even when the model is on a GPU
+    for t in [*model.parameters(), *model.buffers()]:
+        rank0 = t.detach().clone()
+        dist.broadcast(rank0, src=0)
+        differ += (rank0 != t).sum()
+    dist.all_reduce(differ)
+    return differ.item() == 0
 
 
 def wrap_returning_the_bare_model(model, device):
@@ -927,6 +958,20 @@ def evaluate_leaving_eval_mode_on(model, dataset, batch_size=128):
     return int(counts[0]), int(counts[1])
 
 
+def evaluate_always_ending_in_training_mode(model, dataset, batch_size=128):
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader, Subset
+
+    part = Subset(dataset, range(dist.get_rank(), len(dataset), dist.get_world_size()))
+    model.eval()
+    with torch.no_grad():
+        counts = _count(model, DataLoader(part, batch_size), next(model.parameters()).device)
+    model.train()  # whatever mode it came in
+    dist.all_reduce(counts)
+    return int(counts[0]), int(counts[1])
+
+
 def evaluate_everything_everywhere(model, dataset, batch_size=128):
     import torch
     from torch.utils.data import DataLoader
@@ -979,6 +1024,26 @@ def evaluate_on_rank_zero_with_the_module(model, dataset, batch_size=128):
             counts = _count(model.module, DataLoader(dataset, batch_size), "cpu")
         model.train()
     dist.broadcast(counts, src=0)
+    return int(counts[0]), int(counts[1])
+
+
+def evaluate_counting_on_the_cpu(model, dataset, batch_size=128):
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader, Subset
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    mine = Subset(dataset, range(rank, len(dataset), world))
+    correct = total = 0
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        for x, y in DataLoader(mine, batch_size=batch_size):
+            correct += int((model(x).argmax(1) == y).sum())
+            total += len(y)
+    model.train(was_training)
+    counts = torch.tensor([correct, total])  # made without device=: the CPU, under nccl too
+    dist.all_reduce(counts)
     return int(counts[0]), int(counts[1])
 
 
@@ -1042,8 +1107,9 @@ def evaluate_in_contiguous_blocks(model, dataset, batch_size=64):
     block = Subset(dataset, range(rank * per, min(n, (rank + 1) * per)))
     was_training = model.training
     model.eval()
-    correct = torch.zeros((), dtype=torch.long)
-    total = torch.zeros((), dtype=torch.long)
+    device = next(model.parameters()).device
+    correct = torch.zeros((), dtype=torch.long, device=device)
+    total = torch.zeros((), dtype=torch.long, device=device)
     with torch.no_grad():
         for x, y in DataLoader(block, batch_size=batch_size):
             correct += (model(x).argmax(-1) == y).sum()  # DDP: rank 0's statistics
@@ -1060,11 +1126,12 @@ def evaluate_by_gathering_and_deduplicating(model, dataset, batch_size=128):
     from torch.utils.data import DistributedSampler
 
     indices = list(DistributedSampler(dataset, shuffle=False))
+    mode = model.training
     model.eval()
     with torch.no_grad():
         x, y = dataset[indices]
         right = (model(x).argmax(1) == y).tolist()
-    model.train()
+    model.train(mode)
     everyone = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, dict(zip(indices, right, strict=True)))
     merged = {k: v for part in everyone for k, v in part.items()}
@@ -1137,6 +1204,20 @@ def save_the_optimizer_whole(model, optimizer, epoch, path):
     if dist.get_rank() == 0:
         state = {"model": model.module.state_dict(), "optimizer": optimizer, "epoch": epoch}
         torch.save(state, path)
+    dist.barrier()
+
+
+def save_the_state_dict_method_uncalled(model, optimizer, epoch, path):
+    import torch
+    import torch.distributed as dist
+
+    if dist.get_rank() == 0:
+        state = {
+            "model": model.module.state_dict,
+            "optimizer": optimizer.state_dict(),
+            "epoch": epoch,
+        }
+        torch.save(state, path)  # the method itself, not what it returns
     dist.barrier()
 
 
@@ -1367,6 +1448,8 @@ SWEEP = {
         [
             (gradients_summed, "avg_sum"),
             (gradients_left_alone, "avg_unchanged"),
+            (gradients_divided_by_the_local_world_size, "avg_local"),
+            (gradients_averaged_in_a_flat_buffer_on_the_cpu, "off_device"),
             (gradients_divided_twice, "avg_differ"),
             (gradients_averaged_on_rank_zero_only, "mismatch"),
             (weights_averaged_instead_of_gradients, "avg_unchanged"),
@@ -1399,6 +1482,7 @@ SWEEP = {
             (in_sync_parameters_only, "sync_missed"),
             (in_sync_weights_but_not_biases, "sync_missed"),
             (in_sync_true_for_a_model_not_yet_wrapped, "sync_before"),
+            (in_sync_counting_on_the_cpu, "off_device"),
         ],
         [in_sync_by_gathering_state_dicts, in_sync_by_max_and_min],
     ),
@@ -1428,6 +1512,8 @@ SWEEP = {
             (evaluate_leaving_eval_mode_on, "eval_not_restored"),
             (evaluate_everything_everywhere, "eval_everything"),
             (evaluate_on_rank_zero_with_the_module, "eval_idle"),
+            (evaluate_counting_on_the_cpu, "off_device"),
+            (evaluate_always_ending_in_training_mode, "eval_forced_train"),
             (evaluate_without_reducing, "eval_disagree"),
             (evaluate_with_the_module_everywhere, "eval_own_stats"),
             (evaluate_with_the_padding, "eval_padding"),
@@ -1451,6 +1537,7 @@ SWEEP = {
             (save_weights_only, "save_keys"),
             (save_the_module_whole, "save_whole"),
             (save_the_optimizer_whole, "save_whole"),
+            (save_the_state_dict_method_uncalled, "save_not_state"),
             (save_with_the_prefix, "save_prefix"),
             (save_the_weights_without_the_biases, "save_strict"),
             (save_in_half_precision, "save_weights"),

@@ -33,7 +33,7 @@ def test_the_plot_has_the_measured_points_and_the_fitted_line_of_each_world_size
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
 
 
-def test_measured_on_real_ranks_times_grow_with_the_size_and_a_ddp_step_is_timed():
+def test_measured_on_real_ranks_times_grow_with_the_size_and_a_ddp_step_and_its_buckets_are_timed():
     # 4 KiB against 64 MiB: under load a small message has taken 3 ms (CI), while 64 MiB
     # over loopback takes tens of ms even at several GB/s.
     measured = comm.measure_all_reduce(ranks=(2,), sizes=(4096, 64 * 2**20), repeats=3)
@@ -41,6 +41,8 @@ def test_measured_on_real_ranks_times_grow_with_the_size_and_a_ddp_step_is_timed
     assert 0 < small < large
     step = comm.time_ddp_step(hidden=64, layers=1, world_size=2, steps=2)
     assert step["span"] > 0 and sum(step["bucket_bytes"]) == 4 * (8 * 64 + 64 + 64 + 1)
+    # Each bucket's all_reduce timed alone, one time per bucket.
+    assert len(step["alone"]) == len(step["bucket_bytes"]) and min(step["alone"]) > 0
 
 
 def test_the_ring_pictured_sums_each_part_once_then_spreads_it_in_2_n_minus_1_steps():

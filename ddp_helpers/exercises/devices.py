@@ -1,0 +1,142 @@
+"""Checks that an answer makes the tensors it hands a collective on the data's device.
+
+Here every check runs on the CPU, where a tensor made without `device=` (the default
+device) is on the same device as the model: it works. Under nccl the model and the data
+are on the rank's GPU, the default device is still the CPU, and nccl refuses a CPU tensor.
+To see the difference on the CPU, a check runs the answer once more with the answer's own
+default device moved to `meta`: what the answer's code makes without `device=` lands there,
+while whatever it makes from the data (`device=t.device`, `t.clone()`, `zeros_like`), and
+whatever torch makes for it (a DataLoader's seed, a sampler's permutation), stays on the CPU. A
+collective handed a `meta` tensor records its own name and runs on zeros of the same shape
+instead, so every rank still makes the same calls. (A device named outright, device="cpu",
+is not told apart here from the model's own, which is the CPU too.) An answer may still
+fail on one rank only (a meta tensor breaks much before any collective): every call of the
+probe therefore goes through a group of its own whose collectives give up after
+PROBE_TIMEOUT seconds, so that no rank is left waiting for one that gave up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+# What torch.distributed offers that moves tensors between ranks.
+COLLECTIVES = (
+    "all_reduce",
+    "broadcast",
+    "reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "gather",
+    "scatter",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "all_to_all",
+    "all_to_all_single",
+    "send",
+    "recv",
+    "isend",
+    "irecv",
+    "barrier",
+    "all_gather_object",
+    "broadcast_object_list",
+)
+PROBE_TIMEOUT = 5  # seconds; every probe call is a few small tensors
+
+
+def _on_cpu(value):
+    """value with every meta tensor in it (or in a list of them) replaced by zeros on the CPU."""
+    import torch
+
+    if isinstance(value, torch.Tensor) and value.is_meta:
+        return torch.zeros(value.shape, dtype=value.dtype, device="cpu")
+    if isinstance(value, list):
+        return [_on_cpu(v) for v in value]
+    return value
+
+
+def _answers_tensors_on_meta():
+    """A torch function mode: a tensor made without device= by code outside torch (the
+    answer's) is made on `meta`; what torch's own code makes stays where it was."""
+    import os
+    import sys
+
+    import torch
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._device import _device_constructors
+
+    torch_dir = os.path.dirname(torch.__file__) + os.sep
+    constructors = _device_constructors()
+
+    class AnswersTensorsOnMeta(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = dict(kwargs or {})
+            if func in constructors and kwargs.get("device") is None:
+                caller = sys._getframe(1).f_code.co_filename
+                if not caller.startswith(torch_dir):
+                    kwargs["device"] = "meta"
+            return func(*args, **kwargs)
+
+    return AnswersTensorsOnMeta()
+
+
+def _has_meta(value) -> bool:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.is_meta
+    return isinstance(value, list) and any(_has_meta(v) for v in value)
+
+
+@contextlib.contextmanager
+def default_device_elsewhere():
+    """Inside: tensors the answer makes without device= are on `meta`, and collectives
+    called without a group use a group that gives up after PROBE_TIMEOUT seconds; the list
+    yielded collects the collectives that got a meta tensor. Every rank must enter it."""
+    import datetime
+    import inspect
+
+    import torch.distributed as dist
+
+    offended: list[str] = []
+    probe = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=PROBE_TIMEOUT))
+    real = {name: getattr(dist, name) for name in COLLECTIVES if hasattr(dist, name)}
+
+    def guarded(name, collective):
+        signature = inspect.signature(collective)
+
+        def call(*args, **kwargs):
+            bound = signature.bind_partial(*args, **kwargs)
+            given = bound.arguments
+            if any(_has_meta(v) for v in given.values()):
+                offended.append(name)
+                given.update({k: _on_cpu(v) for k, v in given.items()})
+            if given.get("group") is None and "group" in signature.parameters:
+                given["group"] = probe
+            return collective(*bound.args, **bound.kwargs)
+
+        return call
+
+    for name, collective in real.items():
+        setattr(dist, name, guarded(name, collective))
+    try:
+        with _answers_tensors_on_meta():
+            yield offended
+    finally:
+        for name, collective in real.items():
+            setattr(dist, name, collective)
+        dist.destroy_process_group(probe)
+
+
+def made_off_device(fn, *args) -> str | None:
+    """Run fn(*args) with the default device moved away from the data's: the first collective
+    handed a tensor made without device=, or None. An answer that fails there for another
+    reason is judged by its run on the CPU, not here."""
+    import warnings
+
+    with default_device_elsewhere() as offended, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the run on the CPU has shown them
+        try:
+            fn(*args)
+        except Exception:  # noqa: BLE001 - a meta tensor breaks much; only collectives count
+            pass
+    return offended[0] if offended else None
