@@ -296,13 +296,18 @@ def _unwritable(exc: OSError, out) -> str:
 
 
 def _fill_pace(pace) -> None:
-    """pace takes no options."""
+    pace.add_argument(
+        "--write",
+        action="store_true",
+        help="state the counted times in the solutions and their translations (the lesson's "
+        "top, each Going further heading); then run `build`",
+    )
 
 
 def _pace(args, parser) -> int:
     from .authoring.pace import main as pace
 
-    pace()
+    pace(["--write"] if args.write else [])
     return 0
 
 

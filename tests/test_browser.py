@@ -3,7 +3,8 @@
 The README's own `make lab` serves a copy of lessons/ (so that nothing the test types is
 saved into the course) on a free port. In the browser: no pop-up on arrival; exercise 1.1
 answered right and wrong; a hanging `%%ddp` cell stopped from the toolbar within 3 s, with
-the ranks' stacks, and the kernel still usable; lessons 02 and 03 run from the Run menu
+the ranks' stacks, and the kernel still usable; a link of lesson 03's contents scrolls to
+its Going further section; lessons 02 and 03 run from the Run menu
 with every code cell run, rank lines on the page, every check "not attempted" and no
 traceback. Lessons 01 and 04 run so in tests/test_browser_ja.py, in Japanese: 01 in
 Jupyter Notebook 7 (`make notebook`), 04 in JupyterLab. A screenshot of each lesson goes
@@ -272,3 +273,20 @@ def _assert_ran_clean(text: str, lesson: str) -> None:
     assert "✅" not in text and "❌" not in text and "💥" not in text
     assert "Traceback (most recent call last)" not in text
     assert "-" * 40 not in text  # IPython's banner above an error
+
+
+def test_a_lessons_contents_take_the_reader_to_a_going_further_section(lab, page):
+    # Lesson 03's top lists its Going further sections; a click scrolls to the one named.
+    base, _ = lab
+    _open(page, base, notebook_name("03"))
+    # JupyterLab's sanitizer drops the anchor's id, yet it finds the fragment in the cell's
+    # markdown and scrolls there (measured: the heading about 100 px from the top).
+    _notebook(page).locator("a[href='#further-03-70']").first.click()
+    heading = _notebook(page).locator("h3", has_text="What communication costs")
+    deadline = time.monotonic() + 20
+    while True:
+        box = heading.bounding_box() if heading.count() else None
+        if box is not None and 0 <= box["y"] < page.viewport_size["height"]:
+            break
+        assert time.monotonic() < deadline, f"the section's heading is not in view: {box}"
+        time.sleep(0.2)

@@ -89,6 +89,11 @@ def course_lexer():
     return CourseLexer
 
 
+# The anchor `pace --write` puts before a Going further section's heading: in JupyterLab an
+# element the lesson's contents link to; on the site, a MyST target of the same name.
+ANCHOR_LINE = re.compile(r'^<a id="(further-[\w-]+)"></a>$', re.M)
+
+
 def site_notebook(solution, lesson):
     """A page: the lesson's cells, each with the output that the same cell of the solution
     stored.
@@ -101,7 +106,14 @@ def site_notebook(solution, lesson):
 
     page = copy.deepcopy(lesson)
     solved = {c.get("id"): c for c in solution.cells if c.cell_type == "code" and c.get("id")}
+    # Sphinx's labels are the site's, not a page's: an edition other than English names its
+    # own (ja-further-...), and its links with them.
+    lang = page.metadata.get("language", "en")
+    label = "" if lang == "en" else f"{lang}-"
     for cell in page.cells:
+        if cell.cell_type == "markdown":  # a section's anchor, as MyST's target for links
+            cell.source = ANCHOR_LINE.sub(rf"({label}\1)=", cell.source)
+            cell.source = cell.source.replace("](#further-", f"](#{label}further-")
         source = solved.get(cell.get("id"))
         if cell.cell_type == "code" and source is not None and cell.source == source.source:
             cell.outputs = copy.deepcopy(source.outputs)

@@ -46,20 +46,20 @@ def test_it_counts_prose_code_outputs_pictures_and_each_exercises_work():
     assert path.code_lines == 3 + 1 + 1 + 1  # `def` lines are read; comments are not
     assert path.output_lines == pace.OUTPUT_LINES_READ  # 30 printed, 20 read
     assert path.pictures == 1
-    # a 15-line answer: 15 minutes to write, one line: a minute; each a minute to check
-    assert path.exercise_minutes == (16.0, 2.0)
+    # a 15-line answer: 1.3 minutes a line to write, one line: 1.3; each 1.5 to check
+    assert path.exercise_minutes == pytest.approx((15 * 1.3 + 1.5, 1.3 + 1.5))
     assert path.pasted == 1
     parts = path.parts()
-    assert parts["prose"] == pytest.approx(152 / 150)
+    assert parts["prose"] == pytest.approx(152 / 120)
     assert parts["code"] == pytest.approx(6 / 10)
-    assert parts["outputs"] == pytest.approx((20 * 3 + 60) / 60)
-    assert parts["exercises"] == pytest.approx(16 + 2 + 0.5)
+    assert parts["outputs"] == pytest.approx((20 * 3 + 90) / 60)
+    assert parts["exercises"] == pytest.approx(15 * 1.3 + 1.5 + 1.3 + 1.5 + 1.0)
     assert path.minutes == pytest.approx(sum(parts.values()))
 
 
 def test_an_exercises_own_minutes_replace_the_rule():
     own = [SimpleNamespace(minutes=4), SimpleNamespace(minutes=None)]
-    assert pace.core_path(_notebook(), own).exercise_minutes == (5.0, 2.0)  # + the check
+    assert pace.core_path(_notebook(), own).exercise_minutes == pytest.approx((5.5, 2.8))
 
 
 def test_the_command_prints_every_lesson_part_by_part():
@@ -68,5 +68,74 @@ def test_the_command_prints_every_lesson_part_by_part():
     )
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
-    assert [line[:3] for line in lines] == ["01:", "02:", "03:", "04:"]
-    assert all("prose" in line and "exercises" in line for line in lines)
+    cores = [line for line in lines if not line.startswith(" ")]
+    assert [line[:3] for line in cores] == ["01:", "02:", "03:", "04:"]
+    assert all("prose" in line and "exercises" in line for line in cores)
+    further = [line for line in lines if line.startswith("    going further: ")]
+    assert len(further) == 4 and "What communication costs" in further[2]
+
+
+def _further_notebook():
+    v4 = nbformat.v4
+    cells = [
+        v4.new_markdown_cell("# 09 · A lesson\n\n*Core path: about 1 minutes of reading and "
+                             "running, 1 exercise. The rest is optional.*\n\nWords " * 1),
+        v4.new_code_cell("def f():\n    # BEGIN SOLUTION\n    return 1\n    # END SOLUTION"),
+        v4.new_markdown_cell("Done.\n\n## Going further (optional)\n\nAn intro of six words."),
+        v4.new_markdown_cell("### First look\n\n" + "word " * 120),
+        v4.new_code_cell("x = 1\n" * 10),
+        v4.new_markdown_cell(
+            "### Second look\n\n" + "word " * 60 + "\n\n### Exercise 9.2 · Write it"
+        ),
+        v4.new_code_cell("def g():\n    # BEGIN SOLUTION\n" + "    y = 2\n" * 4
+                         + "    # END SOLUTION"),
+    ]  # fmt: skip
+    for i, cell in enumerate(cells):
+        cell["id"] = f"09-{i}"
+    return v4.new_notebook(cells=cells)
+
+
+def test_going_further_is_counted_section_by_section_an_exercise_inside_its_section():
+    counted = pace.count(_further_notebook())
+    assert counted.core.exercise_minutes == pytest.approx((2.8,))
+    first, second = counted.sections
+    assert (first.title, first.anchor, first.cell) == ("First look", "further-09-3", "09-3")
+    assert first.path.words == 2 + 120 and first.path.code_lines == 10
+    # The exercise's heading is not a section: its prose and its answer are the second's.
+    assert second.title == "Second look" and second.path.words == 2 + 60 + 4
+    assert second.path.exercise_minutes == pytest.approx((4 * 1.3 + 1.5,))
+    assert counted.further_minutes == pytest.approx(
+        counted.intro.minutes + first.path.minutes + second.path.minutes
+    )
+
+
+def test_stated_times_name_each_section_and_do_not_move_the_count():
+    nb = _further_notebook()
+    counted = pace.count(nb)
+    for cell_id, text in pace.stated_texts(nb, counted, "en").items():
+        next(c for c in nb.cells if c.get("id") == cell_id).source = text
+    top = nb.cells[0].source
+    assert pace.stated(nb) == (counted.core.rounded, 1)
+    assert f"about {counted.further_rounded} minutes more, in the sections below" in top
+    assert "- [First look](#further-09-3), about 2 min" in top
+    assert '<a id="further-09-3"></a>\n\n### First look (about 2 min)' in nb.cells[3].source
+    assert pace.count(nb) == counted  # the times, the list and the anchors are not counted
+    again = pace.stated_texts(nb, counted, "en")
+    assert all(next(c for c in nb.cells if c.get("id") == k).source == v for k, v in again.items())
+
+
+def test_every_time_the_solutions_state_is_the_count_in_both_editions():
+    assert pace.write(check=True) == [], "run: python -m ddp_helpers pace --write, then build"
+
+
+@pytest.mark.parametrize("lang", ["en", "ja"])
+def test_each_lessons_contents_link_to_its_sections_anchors(lang):
+    import re
+
+    folder = ROOT / "lessons" / ("" if lang == "en" else lang)
+    for path in sorted(folder.glob("0*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+        links = re.findall(r"\]\(#(further-[\w-]+)\)", nb.cells[0].source)
+        anchors = re.findall(r'<a id="(further-[\w-]+)"></a>', text)
+        assert links == anchors, path.name  # every section listed, in order, and found
