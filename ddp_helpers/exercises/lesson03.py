@@ -108,68 +108,43 @@ MESSAGES = messages(
             "each rank's model went to its cuda:LOCAL_RANK and DDP got "
             "device_ids=[LOCAL_RANK]."
         ),
-        "hint.sync_communicate": (
-            "Looking at this rank's own copy tells you nothing about the other ranks: you "
-            "have to communicate. Broadcast rank 0's copy of each tensor and compare, or "
-            "all_gather them."
+        "hint.avg_divide": (
+            "all_reduce with the default op SUM adds every rank's tensor; DDP averages, so "
+            "divide by the world size afterwards (or ask all_reduce for ReduceOp.AVG)."
         ),
-        "hint.sync_every_tensor": (
-            "Every tensor that can differ counts: every parameter (weights and biases, the "
-            "last one too) and every buffer (BatchNorm's running statistics, "
-            "model.buffers())."
+        "hint.avg_same_calls": (
+            "Every rank must make the same collective calls in the same order. A call "
+            "inside `if rank == 0:` leaves the other ranks out and the job hangs."
         ),
-        "hint.sync_same_answer": (
-            "Every rank must return the same answer. Count the differences on each rank, "
-            "then all_reduce that count so every rank sees the total."
+        "hint.avg_code": (
+            "Loop over model.parameters(); skip a parameter whose .grad is None; call "
+            "dist.all_reduce(p.grad) on every rank, then p.grad /= dist.get_world_size()."
         ),
-        "hint.sync_code": (
-            "For each t in [*model.parameters(), *model.buffers()]: broadcast a clone from "
-            "rank 0 and add (clone != t).sum() to a counter on the model's device; "
-            "all_reduce the counter; return counter.item() == 0."
+        "avg_sum": (
+            "On {ranks} ranks your gradients are {ratio:.2f} times DDP's: all_reduce sums, "
+            "so divide by the world size to get the average DDP uses."
         ),
-        "sync_before": (
-            "Before wrapping, the ranks' models were built with different seeds, yet "
-            "params_in_sync returned True on rank {rank}."
+        "avg_sum.title": "summed, not averaged",
+        "avg_unchanged": (
+            "The gradients did not change: each rank still has only its own. all_reduce "
+            "them across the ranks."
         ),
-        "sync_before.title": "True for models that differ",
-        "sync_wrap": (
-            "Right after DDP(model) every rank holds rank 0's weights and buffers (DDP "
-            "broadcasts them), but params_in_sync returned False on rank {rank}."
+        "avg_unchanged.title": "the gradients were not reduced",
+        "avg_local": (
+            "On {machines} machines x {local} ranks your gradients are {machines} times "
+            "DDP's: they were divided by the ranks of one machine ({local}, "
+            "LOCAL_WORLD_SIZE), not by all {ranks} (dist.get_world_size())."
         ),
-        "sync_wrap.title": "False for models in sync",
-        "sync_local": (
-            "After rank 1 changed its copy, params_in_sync still returned True on rank "
-            "{rank} every time: it must compare with the other ranks, not only look at its "
-            "own copy."
+        "avg_local.title": "divided by one machine's ranks, not the world size",
+        "avg_differ": (
+            "On {ranks} ranks ({machines} machine(s)) your gradients differ from DDP's by up "
+            "to {diff:.3g} (allowed: 1e-6)."
         ),
-        "sync_local.title": "looks only at its own rank's copy",
-        "sync_overwrote": (
-            "params_in_sync changed rank {rank}'s own weights: a collective (a broadcast, an "
-            "all_reduce) wrote into the tensors themselves (t.detach() shares t's memory), so "
-            "what it compared was no longer the model, and the model was changed. Send and "
-            "receive copies: t.detach().clone()."
-        ),
-        "sync_overwrote.title": "a collective wrote into the model's own tensors",
-        "sync_missed": (
-            "After rank 1 changed {what}, params_in_sync still returned True on rank "
-            "{rank}: a difference anywhere in the model counts."
-        ),
-        "sync_missed.title": "some tensors not compared",
-        "sync_disagree": (
-            "The ranks disagree ({cases}; per rank): {answers}. Every rank must return the "
-            "same answer."
-        ),
-        "sync_disagree.title": "the ranks return different answers",
-        "case_before": "before",
-        "case_after_wrapping": "after wrapping",
-        "change_first_weight": "the first weight",
-        "change_middle_bias": "a bias in the middle",
-        "change_last_parameter": "the last parameter",
-        "change_buffer": "a buffer (BatchNorm's running mean)",
-        "sync_ok": (
-            "On 2 and 3 ranks: False before wrapping, True after, False after rank 1 "
-            "changed a weight, a bias, the last parameter or a buffer; the same answer on "
-            "every rank, and every tensor it sent made on the model's device."
+        "avg_differ.title": "other gradients than DDP's",
+        "avg_ok": (
+            "Equal to DDP's averaged gradients (max difference {diff:.1e}) on 2 and 3 "
+            "ranks and on 2 machines x 2 ranks; every tensor it sent made on the model's "
+            "device."
         ),
         "hint.ratio_average": (
             "DDP averages the ranks' gradients. With a summed loss each rank's gradient is "
@@ -501,90 +476,70 @@ def _check_pretend_gpu_rank(got) -> None:
         raise Wrong("wrap_bare", kind=got["kind"])
 
 
-def params_in_sync(model):
-    import torch
+def average_gradients(model):
     import torch.distributed as dist
 
-    differ = torch.zeros(1, device=next(model.parameters()).device)  # nccl: on the GPU
-    for t in [*model.parameters(), *model.buffers()]:  # buffers: BatchNorm's statistics
-        rank0 = t.detach().clone()
-        dist.broadcast(rank0, src=0)  # every rank gets rank 0's copy
-        differ += (rank0 != t).sum()
-    dist.all_reduce(differ)  # so that every rank gives the same answer
-    return differ.item() == 0
+    world_size = dist.get_world_size()
+    for p in model.parameters():
+        if p.grad is not None:
+            dist.all_reduce(p.grad)  # SUM over the ranks ...
+            p.grad /= world_size  # ... then divide (DDP divides first, then sums)
 
 
-# What rank 1 changes in its copy after wrapping, one at a time: (what, tensor name).
-SYNC_CHANGES = [
-    ("change_first_weight", "0.weight"),
-    ("change_middle_bias", "1.bias"),
-    ("change_last_parameter", "3.bias"),
-    ("change_buffer", "1.running_mean"),
-]
+def _average_gradients_harness(average_gradients):
+    """On each rank: the learner's averaging next to DDP's, on the same data."""
+    import copy
 
-
-def _params_in_sync_harness(params_in_sync):
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     with process_group():
-        torch.manual_seed(dist.get_rank())  # a different start on every rank
-        model, overwrote = _sync_model(), []
-
-        def asked(m) -> bool:  # the answer, and whether it changed this rank's own tensors
-            before = {k: v.clone() for k, v in m.state_dict().items()}
-            answer = bool(params_in_sync(m))
-            overwrote.append(any(not torch.equal(v, before[k]) for k, v in m.state_dict().items()))
-            return answer
-
-        answers = {"case_before": asked(model)}
-        ddp = DDP(model)
-        answers["case_after_wrapping"] = asked(ddp)
-        state = ddp.module.state_dict()
-        for what, name in SYNC_CHANGES:
-            saved = state[name].clone()
-            if dist.get_rank() == 1:
-                with torch.no_grad():
-                    state[name].view(-1)[-1] += 0.5
-            answers[what] = asked(ddp)
-            with torch.no_grad():
-                state[name].copy_(saved)
-        off_device = made_off_device(params_in_sync, ddp)
-        return {**answers, "overwrote": any(overwrote), "off_device": off_device}
+        rank = dist.get_rank()
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+        ddp = DDP(copy.deepcopy(model))
+        gen = torch.Generator().manual_seed(100 + rank)
+        x, y = torch.randn(16, 4, generator=gen), torch.randn(16, 2, generator=gen)
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        local = [p.grad.clone() for p in model.parameters()]
+        average_gradients(model)
+        torch.nn.functional.mse_loss(ddp(x), y).backward()
+        mine = torch.cat([p.grad.flatten() for p in model.parameters()])
+        theirs = torch.cat([p.grad.flatten() for p in ddp.module.parameters()])
+        unchanged = all(
+            torch.equal(a, p.grad) for a, p in zip(local, model.parameters(), strict=True)
+        )
+        diff = (mine - theirs).abs().max().item()
+        ratio = (mine.norm() / theirs.norm()).item()
+        off_device = made_off_device(average_gradients, model)
+        return {"diff": diff, "ratio": ratio, "unchanged": unchanged, "off_device": off_device}
 
 
-SYNC_RANKS = (2, 3)  # rank 1 changes its copy: on 3 ranks, rank 2 still agrees with rank 0
+# (ranks, machines): two world sizes on one machine, and 2 machines x 2 ranks, where the
+# ranks of one machine (LOCAL_WORLD_SIZE) are not all of them.
+AVG_RUNS = ((2, 1), (3, 1), (4, 2))
 
 
-def _check_sync(fn) -> Phrase:
-    for ranks in SYNC_RANKS:
-        _check_sync_on(fn, ranks)
-    return Phrase("sync_ok")
-
-
-def _check_sync_on(fn, ranks: int) -> None:
-    answers = run_on_ranks(_params_in_sync_harness, fn, nprocs=ranks)
-    off_device = [got.pop("off_device") for got in answers]
-    for rank, got in enumerate(answers):
-        if got.pop("overwrote"):
-            raise Wrong("sync_overwrote", rank=rank)
-    if any(a != answers[0] for a in answers[1:]):
-        cases = Listed(Phrase(case) for case in answers[0])
-        table = [list(a.values()) for a in answers]
-        raise Wrong("sync_disagree", cases=cases, answers=table)
-    for rank, got in enumerate(answers):
-        if not got["case_after_wrapping"]:
-            raise Wrong("sync_wrap", rank=rank)
-        missed = [what for what, _ in SYNC_CHANGES if got[what]]
-        if len(missed) == len(SYNC_CHANGES):
-            raise Wrong("sync_local", rank=rank)
-        if missed:
-            raise Wrong("sync_missed", what=Phrase(missed[0]), rank=rank)
-        if got["case_before"]:
-            raise Wrong("sync_before", rank=rank)
-    for collective in filter(None, off_device):
-        raise Wrong("off_device", function="params_in_sync", collective=collective)
+def _check_average(fn) -> Phrase:
+    worst_diff, off_device = 0.0, []
+    for ranks, machines in AVG_RUNS:
+        results = run_on_ranks(_average_gradients_harness, fn, nprocs=ranks, nnodes=machines)
+        worst = max(results, key=lambda r: r["diff"])
+        off_device += [r["off_device"] for r in results if r["off_device"]]
+        if worst["diff"] <= 1e-6:
+            worst_diff = max(worst_diff, worst["diff"])
+            continue
+        if all(r["unchanged"] for r in results):
+            raise Wrong("avg_unchanged")
+        if abs(worst["ratio"] - ranks) < 0.05:
+            raise Wrong("avg_sum", ratio=worst["ratio"], ranks=ranks)
+        if machines > 1 and abs(worst["ratio"] - machines) < 0.05:
+            raise Wrong("avg_local", ranks=ranks, machines=machines, local=ranks // machines)
+        raise Wrong("avg_differ", diff=worst["diff"], ranks=ranks, machines=machines)
+    if off_device:
+        raise Wrong("off_device", function="average_gradients", collective=off_device[0])
+    return Phrase("avg_ok", diff=worst_diff)
 
 
 STEPS, BATCH = 20, 8
@@ -806,26 +761,23 @@ q1 = Exercise(
         "wrap_gpu_error": Mistake(),
     },
 )
-# Counted by the pace rule (8 minutes with the check): the prompt gives the pattern (broadcast
-# rank 0's copy, count the differences, all_reduce the count). At the calibration, when the
-# prompt left that pattern to invent, it stated 13 minutes of its own (docs/learners.md).
+# On the core path, right before DDP does the same: the average by hand, checked against
+# DDP's gradients (moved here from lesson 02's Going further, issue 38).
 q2 = Exercise(
     "3.2",
-    "params_in_sync",
-    _check_sync,
-    params_in_sync,
+    "average_gradients",
+    _check_average,
+    average_gradients,
     texts=MESSAGES,
-    hints=("sync_communicate", "sync_every_tensor", "sync_same_answer", "sync_code"),
+    hints=("avg_divide", "avg_same_calls", "avg_code"),
     mistakes={
-        "sync_disagree": Mistake(hint="sync_same_answer"),
-        "sync_overwrote": Mistake(hint="sync_communicate"),
-        "sync_wrap": Mistake(hint="sync_every_tensor"),
-        "sync_local": Mistake(hint="sync_communicate"),
-        "sync_missed": Mistake(hint="sync_every_tensor"),
-        "sync_before": Mistake(hint="sync_communicate"),
+        "avg_sum": Mistake(hint="avg_divide"),
+        "avg_unchanged": Mistake(hint="avg_divide"),
+        "avg_differ": Mistake(hint="avg_divide"),
+        "avg_local": Mistake(hint="avg_divide"),
         "off_device": Mistake(),
-        "hang": Mistake(hint="sync_same_answer"),
-        "mismatch": Mistake(hint="sync_same_answer"),
+        "hang": Mistake(hint="avg_same_calls"),
+        "mismatch": Mistake(hint="avg_same_calls"),
     },
 )
 q3 = Exercise(

@@ -527,144 +527,6 @@ def gradients_in_one_flat_bucket(model):
 # ---------------------------------------------------------------- lesson 03
 
 
-def in_sync_looking_only_locally(model):
-    return True
-
-
-def in_sync_broadcasting_without_a_copy(model):
-    import torch
-    import torch.distributed as dist
-
-    differ = torch.zeros(1)
-    for t in [*model.parameters(), *model.buffers()]:
-        rank0 = t.detach()  # shares t's memory: the broadcast overwrites the model's own
-        dist.broadcast(rank0, src=0)
-        differ += (rank0 != t).sum()
-    dist.all_reduce(differ)
-    return differ.item() == 0
-
-
-def in_sync_summing_in_place(model):
-    import torch
-    import torch.distributed as dist
-
-    differ = torch.zeros(1)
-    for t in [*model.parameters(), *model.buffers()]:
-        mine = t.detach().clone()
-        total = t.detach()  # shares t's memory: the all_reduce overwrites every rank's model
-        dist.all_reduce(total)
-        differ += (total != mine * dist.get_world_size()).sum()
-    dist.all_reduce(differ)
-    return differ.item() == 0
-
-
-def in_sync_first_parameter_only(model):
-    import torch
-    import torch.distributed as dist
-
-    p = next(model.parameters())
-    rank0 = p.detach().clone()
-    dist.broadcast(rank0, src=0)
-    differ = (rank0 != p).sum().float().reshape(1)
-    dist.all_reduce(differ)
-    return differ.item() == 0 and isinstance(p, torch.Tensor)
-
-
-def in_sync_parameters_only(model):
-    import torch
-    import torch.distributed as dist
-
-    differ = torch.zeros(1)
-    for p in model.parameters():
-        rank0 = p.detach().clone()
-        dist.broadcast(rank0, src=0)
-        differ += (rank0 != p).sum()
-    dist.all_reduce(differ)
-    return differ.item() == 0
-
-
-def in_sync_weights_but_not_biases(model):
-    import torch
-    import torch.distributed as dist
-
-    differ = torch.zeros(1)
-    for name, t in [*model.named_parameters(), *model.named_buffers()]:
-        if "bias" in name:
-            continue
-        rank0 = t.detach().clone()
-        dist.broadcast(rank0, src=0)
-        differ += (rank0 != t).sum()
-    dist.all_reduce(differ)
-    return differ.item() == 0
-
-
-def in_sync_without_agreeing(model):
-    import torch
-    import torch.distributed as dist
-
-    differ = torch.zeros(1)
-    for t in [*model.parameters(), *model.buffers()]:
-        rank0 = t.detach().clone()
-        dist.broadcast(rank0, src=0)
-        differ += (rank0 != t).sum()
-    return differ.item() == 0
-
-
-def in_sync_comparing_tensors_by_identity(model):
-    import torch.distributed as dist
-
-    same = True
-    for t in [*model.parameters(), *model.buffers()]:
-        rank0 = [t.detach().clone()]
-        dist.broadcast_object_list(rank0, src=0)
-        same = same and rank0[0] is t  # the same object, never: a copy arrived
-    return same
-
-
-def in_sync_true_for_a_model_not_yet_wrapped(model):
-    from torch.nn.parallel import DistributedDataParallel
-
-    if not isinstance(model, DistributedDataParallel):
-        return True  # "only DDP keeps copies", so a plain model counts as in sync
-    return in_sync_counting_on_the_cpu(model)
-
-
-def in_sync_by_gathering_state_dicts(model):
-    import torch
-    import torch.distributed as dist
-
-    mine = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    everyone = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, mine)
-    return all(torch.equal(other[k], mine[k]) for other in everyone for k in mine)
-
-
-def in_sync_by_max_and_min(model):
-    import torch
-    import torch.distributed as dist
-
-    equal = True
-    for t in [*model.parameters(), *model.buffers()]:
-        high, low = t.detach().clone(), t.detach().clone()
-        dist.all_reduce(high, op=dist.ReduceOp.MAX)
-        dist.all_reduce(low, op=dist.ReduceOp.MIN)
-        equal = equal and torch.equal(high, low)
-    return equal  # max == min everywhere, on every rank: the same on all
-
-
-def in_sync_counting_on_the_cpu(model):
-    import torch
-    import torch.distributed as dist
-
-    differ = torch.zeros(1)  # made without device=: the CPU, even when the model is on a GPU
-    for t in [*model.parameters(), *model.buffers()]:
-        rank0 = t.detach().clone()
-        dist.broadcast(rank0, src=0)
-        differ += (rank0 != t).sum()
-    dist.all_reduce(differ)
-    return differ.item() == 0
-
-
 def wrap_returning_the_bare_model(model, device):
     return model.to(device)
 
@@ -1444,18 +1306,6 @@ SWEEP = {
         ],
         [cleanup_after_a_barrier, cleanup_only_if_initialised],
     ),
-    "2.4": (
-        [
-            (gradients_summed, "avg_sum"),
-            (gradients_left_alone, "avg_unchanged"),
-            (gradients_divided_by_the_local_world_size, "avg_local"),
-            (gradients_averaged_in_a_flat_buffer_on_the_cpu, "off_device"),
-            (gradients_divided_twice, "avg_differ"),
-            (gradients_averaged_on_rank_zero_only, "mismatch"),
-            (weights_averaged_instead_of_gradients, "avg_unchanged"),
-        ],
-        [gradients_with_avg, gradients_in_one_flat_bucket],
-    ),
     "3.1": (
         [
             (wrap_returning_the_bare_model, "wrap_bare"),
@@ -1473,18 +1323,15 @@ SWEEP = {
     ),
     "3.2": (
         [
-            (in_sync_without_agreeing, "sync_disagree"),
-            (in_sync_comparing_tensors_by_identity, "sync_wrap"),
-            (in_sync_looking_only_locally, "sync_local"),
-            (in_sync_broadcasting_without_a_copy, "sync_overwrote"),
-            (in_sync_summing_in_place, "sync_overwrote"),
-            (in_sync_first_parameter_only, "sync_missed"),
-            (in_sync_parameters_only, "sync_missed"),
-            (in_sync_weights_but_not_biases, "sync_missed"),
-            (in_sync_true_for_a_model_not_yet_wrapped, "sync_before"),
-            (in_sync_counting_on_the_cpu, "off_device"),
+            (gradients_summed, "avg_sum"),
+            (gradients_left_alone, "avg_unchanged"),
+            (gradients_divided_by_the_local_world_size, "avg_local"),
+            (gradients_averaged_in_a_flat_buffer_on_the_cpu, "off_device"),
+            (gradients_divided_twice, "avg_differ"),
+            (gradients_averaged_on_rank_zero_only, "mismatch"),
+            (weights_averaged_instead_of_gradients, "avg_unchanged"),
         ],
-        [in_sync_by_gathering_state_dicts, in_sync_by_max_and_min],
+        [gradients_with_avg, gradients_in_one_flat_bucket],
     ),
     "3.4": SWEEP_3_4,  # Going further's, in tests/answers_further.py
     "3.5": SWEEP_3_5,
@@ -1760,12 +1607,12 @@ def test_a_stub_of_another_exercise_says_which_one_is_missing():
 
 
 def test_a_stub_raised_inside_a_rank_is_not_attempted():
-    result = BY_ID["2.4"].evaluate(stub_on_every_rank)
+    result = BY_ID["3.2"].evaluate(stub_on_every_rank)
     assert (result.status, result.mistake) == ("not_attempted", "not_attempted")
 
 
 def stub_on_every_rank(model):
-    raise NotImplementedError("exercise 2.4")
+    raise NotImplementedError("exercise 3.2")
 
 
 def test_an_error_class_that_only_shares_the_launchers_name_is_the_answers_error():

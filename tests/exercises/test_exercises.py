@@ -16,7 +16,7 @@ import re
 import pytest
 
 from ddp_helpers import i18n
-from ddp_helpers.exercises import LESSONS, exercises_of, lesson01, lesson02, module_name
+from ddp_helpers.exercises import LESSONS, exercises_of, lesson01, lesson03, module_name
 from ddp_helpers.exercises._core import RANK_MISTAKES, Exercise, Mistake, Phrase, Wrong
 from kernel_utils import run_cells, stream_text
 
@@ -111,10 +111,10 @@ def test_a_hang_in_a_check_is_reported_as_wrong_with_the_collective_hint(monkeyp
 
     real = core.run_on_ranks
     monkeypatch.setattr(
-        "ddp_helpers.exercises.lesson02.run_on_ranks",
+        "ddp_helpers.exercises.lesson03.run_on_ranks",
         lambda *a, **k: real(*a, **{**k, "timeout": 2}),
     )
-    result = lesson02.q4.evaluate(rank_zero_waits_forever)
+    result = lesson03.q2.evaluate(rank_zero_waits_forever)
     assert result.status == "wrong", str(result)
     assert result.mistake in RANK_MISTAKES and result.hint_name == "avg_same_calls"
     assert "did not" in result.message and "`if rank == 0:`" in result.hint

@@ -101,7 +101,7 @@ def test_csv_has_the_fixed_columns_then_one_per_exercise(batch):
     assert header[6:] == columns + [f"{c} mistake" for c in columns]
     # A row of lesson 01 leaves the other lessons' exercise columns empty; invalid rows all.
     row = batch["rows"][f"right/{NAMES['01']}"]
-    assert row["3.2 params_in_sync"] == "" and row["1.2 shard"] == "1"
+    assert row["3.2 average_gradients"] == "" and row["1.2 shard"] == "1"
     assert all(batch["rows"]["not_a_lesson/scratch.ipynb"][h] == "" for h in header[6:])
 
 
@@ -179,14 +179,14 @@ def test_a_notebook_past_its_limit_is_a_timeout_and_keeps_earlier_answers(endles
     assert endless["run"].returncode == 0, endless["run"].stderr
     (row,) = endless["rows"]
     assert (row["status"], row["points"], row["2.1 pick_backend"]) == ("timeout", "1", "1")
-    assert row["2.4 average_gradients"] == "0"
+    assert row["2.3 cleanup"] == "0"
 
 
 def test_feedback_of_a_timeout_shows_where_it_was_stuck(endless):
     text = endless["feedback"]
     assert f"stopped after {ENDLESS_LIMIT} s" in text
     assert "launch(spin, nprocs=2)" in text and "KeyboardInterrupt" in text
-    assert "`average_gradients` is not defined" in text
+    assert "`cleanup` is not defined" in text
 
 
 def test_a_timeout_leaves_nothing_even_what_escaped_into_its_own_session(endless):
