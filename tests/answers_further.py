@@ -308,6 +308,23 @@ def gather_sizes_on_the_cpu(values):
     return torch.cat([p[: int(k)] for p, k in zip(parts, lengths, strict=True)])
 
 
+def gather_padding_on_the_cpu(values):
+    """Wrong under nccl: the sizes exchanged on the values' device, the padded buffer made
+    without device= (the CPU)."""
+    lengths = _lengths(values)
+    padded = torch.zeros(max(lengths), dtype=values.dtype)
+    padded[: len(values)] = values
+    parts = [torch.zeros_like(padded) for _ in lengths]
+    dist.all_gather(parts, padded)
+    return torch.cat([p[:n] for p, n in zip(parts, lengths, strict=True)])
+
+
+def gather_through_as_tensor(values):
+    """Right: torch.as_tensor of a tensor keeps it where it is."""
+    parts, lengths = _padded_parts(torch.as_tensor(values))
+    return torch.cat([p[:n] for p, n in zip(parts, lengths, strict=True)])
+
+
 SWEEP_4_7 = (
     [
         (gather_without_padding, "gather_sizes"),
@@ -320,8 +337,9 @@ SWEEP_4_7 = (
         (gather_stacked, "gather_shape"),
         (gather_dropping_zeros, "gather_count"),
         (gather_sizes_on_the_cpu, "off_device"),
+        (gather_padding_on_the_cpu, "off_device"),
     ],
-    [gather_as_objects, gather_with_a_mask],
+    [gather_as_objects, gather_with_a_mask, gather_through_as_tensor],
 )
 
 

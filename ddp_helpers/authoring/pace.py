@@ -189,7 +189,12 @@ class Counted:
 
     @property
     def further_rounded(self) -> int:
-        return int(self.further_minutes + 0.5)
+        """The total stated: the sections' stated times added up (and the text before the
+        first, rounded), so that the lesson's top agrees with its list."""
+        if not self.sections:
+            return int(self.further_minutes + 0.5)
+        listed = sum(_rounded(s.path.minutes) for s in self.sections)
+        return listed + int(self.intro.minutes + 0.5)
 
 
 def _code_cell(cell, tally: _Tally, answer_index: int) -> int:
@@ -302,7 +307,7 @@ def lesson_counted(lesson: str, lang: str = "en") -> Counted:
 # sections, each linked to its heading. STATED above reads the first sentence back.
 TOP = re.compile(
     r"\*(?:Core path: about|コアパス: 読んで実行して約) [^*]*\*[ \t]*\n"
-    r"(?:\n?- \[[^\n]*\]\(#further-[^\n]*\n)*"
+    r"(?:\n?- \[[^\n]*\]\(#further-[^\n]*(?:\n|\Z))*"
 )
 FURTHER_STATED = re.compile(
     r"Going further \(optional\):\s+about (\d+) minutes more|さらに先へ（任意）: さらに約 (\d+) 分"
@@ -396,6 +401,27 @@ def stated_texts(nb, counted: Counted, lang: str) -> dict[str, str]:
     return texts
 
 
+def _restate(entries: dict, english, stated: dict, old_hashes: dict) -> list[str]:
+    """Put the Japanese stated times into the translation `entries`; a translation that
+    was up to date before its English cell's times changed gets the new hash (a stale one
+    stays stale). The cells whose text changed."""
+    from .translations import text_hash
+
+    changed = []
+    for cell in english.cells:
+        entry = entries.get(cell.get("id"))
+        if entry is None:
+            continue
+        text = stated.get(cell.get("id"), entry["text"])
+        new_hash = text_hash(cell.source)
+        if text != entry["text"]:
+            changed.append(cell.get("id"))
+            entry["text"] = text
+        if entry["translates"] == old_hashes[cell.get("id")]:
+            entry["translates"] = new_hash
+    return changed
+
+
 def write(root=None, check: bool = False) -> list[str]:
     """State every time in the solutions (`check`: change nothing): the lesson's top and
     each Going further heading, the English from the English count, the Japanese
@@ -428,31 +454,26 @@ def write(root=None, check: bool = False) -> list[str]:
                 nbformat.write(english, path)
             jpath = translation_path(root, "ja", name)
             entries = json.loads(jpath.read_text(encoding="utf-8"))
+            before = json.loads(json.dumps(entries))
             on_disk = root / "solutions" / "ja" / name
             previous = nbformat.read(on_disk, as_version=4) if on_disk.exists() else None
             japanese = make_edition(english, name, "ja", root, previous).notebook
             add_language_cell(japanese, name, "ja")  # as `build` writes it: counted too
             stated = stated_texts(japanese, count(japanese, exercises), "ja")
-            for cell in english.cells:
-                entry = entries.get(cell.get("id"))
-                if entry is None:
-                    continue
-                text = stated.get(cell.get("id"), entry["text"])
-                new_hash = text_hash(cell.source)
-                current = entry["translates"] in (old_hashes[cell.get("id")], new_hash)
-                if text != entry["text"] or (current and entry["translates"] != new_hash):
-                    if text != entry["text"]:
-                        changed.append(f"{name} cell {cell.get('id')} (ja)")
-                    entry["text"] = text
-                    if current:  # an up-to-date translation stays so
-                        entry["translates"] = new_hash
-                    moved = True
+            ja_changed = _restate(entries, english, stated, old_hashes)
+            changed += [f"{name} cell {cell_id} (ja)" for cell_id in ja_changed]
+            moved = moved or bool(ja_changed) or entries != before
             if moved and not check:
                 jpath.write_text(
                     json.dumps(entries, ensure_ascii=False, indent=1) + "\n", encoding="utf-8"
                 )
             if not moved or check:
                 break
+        else:
+            raise RuntimeError(
+                f"pace --write: the times stated in {name} still move after 4 passes (a "
+                "stated time changes the count it states): state them by hand, or report it"
+            )
     return sorted(set(changed))
 
 

@@ -55,8 +55,9 @@ def _on_cpu(value):
 
 
 def _answers_tensors_on_meta():
-    """A torch function mode: a tensor made without device= by code outside torch (the
-    answer's) is made on `meta`; what torch's own code makes stays where it was."""
+    """A torch function mode: a tensor made without device= by code outside torch and the
+    course (the answer's) is made on `meta`; what torch's own code and the course's make,
+    and a tensor made from a tensor (torch.tensor(t)), stay where they were."""
     import os
     import sys
 
@@ -64,15 +65,27 @@ def _answers_tensors_on_meta():
     from torch.overrides import TorchFunctionMode
     from torch.utils._device import _device_constructors
 
-    torch_dir = os.path.dirname(torch.__file__) + os.sep
+    # torch's own code, and the course's (a check's spies and helpers), are not the answer.
+    own = tuple(
+        os.path.dirname(module.__file__) + os.sep
+        for module in (torch, sys.modules[__name__.split(".")[0]])
+    )
     constructors = _device_constructors()
+
+    def from_a_tensor(args) -> bool:
+        # torch.tensor(t), as_tensor(t), asarray(t): made where t is, the GPU under nccl.
+        return any(
+            isinstance(a, torch.Tensor)
+            or (isinstance(a, (list, tuple)) and any(isinstance(x, torch.Tensor) for x in a))
+            for a in args
+        )
 
     class AnswersTensorsOnMeta(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = dict(kwargs or {})
-            if func in constructors and kwargs.get("device") is None:
+            if func in constructors and kwargs.get("device") is None and not from_a_tensor(args):
                 caller = sys._getframe(1).f_code.co_filename
-                if not caller.startswith(torch_dir):
+                if not caller.startswith(own):
                     kwargs["device"] = "meta"
             return func(*args, **kwargs)
 

@@ -1001,7 +1001,7 @@ class _SizesDiffer(Exception):
     """all_gather called with tensors of different sizes on different ranks."""
 
 
-def _spy_on_all_gather() -> None:
+def _spy_on_all_gather():
     """Before each all_gather (or all_gather_into_tensor), compare the ranks' sizes:
     unequal, every rank raises alike (gloo itself would abort one rank or hang the others)."""
     import torch
@@ -1010,7 +1010,7 @@ def _spy_on_all_gather() -> None:
     real, into = dist.all_gather, dist.all_gather_into_tensor
 
     def same_sizes(tensor) -> None:
-        size = torch.tensor([tensor.numel()])
+        size = torch.tensor([tensor.numel()], device=tensor.device)
         sizes = [torch.zeros_like(size) for _ in range(dist.get_world_size())]
         real(sizes, size)
         if len({int(n) for n in sizes}) > 1:
@@ -1026,13 +1026,18 @@ def _spy_on_all_gather() -> None:
 
     dist.all_gather, dist.all_gather_into_tensor = all_gather, all_gather_into_tensor
 
+    def restore() -> None:
+        dist.all_gather, dist.all_gather_into_tensor = real, into
+
+    return restore
+
 
 def _gather_harness(fn, lengths, dtype):
     import torch
     import torch.distributed as dist
 
     with process_group():
-        _spy_on_all_gather()
+        restore = _spy_on_all_gather()
         try:
             got = fn(_gather_values(dist.get_rank(), lengths, dtype))
         except _SizesDiffer as exc:
@@ -1042,6 +1047,7 @@ def _gather_harness(fn, lengths, dtype):
         if got.dim() != 1:
             return {"shape": list(got.shape)}
         seen = {"values": got.tolist(), "dtype": str(got.dtype).removeprefix("torch.")}
+        restore()  # the probe sees torch's own all_gather, with its group and timeout
         values = _gather_values(dist.get_rank(), lengths, dtype)
         return {**seen, "off_device": made_off_device(fn, values)}
 

@@ -120,8 +120,15 @@ def test_stated_times_name_each_section_and_do_not_move_the_count():
     assert "- [First look](#further-09-3), about 2 min" in top
     assert '<a id="further-09-3"></a>\n\n### First look (about 2 min)' in nb.cells[3].source
     assert pace.count(nb) == counted  # the times, the list and the anchors are not counted
+    # The total is what the list adds up to (with the text before the first section).
+    listed = sum(max(1, int(s.path.minutes + 0.5)) for s in counted.sections)
+    assert counted.further_rounded == listed + int(counted.intro.minutes + 0.5)
     again = pace.stated_texts(nb, counted, "en")
     assert all(next(c for c in nb.cells if c.get("id") == k).source == v for k, v in again.items())
+    # A list that ends the cell is replaced whole, not doubled.
+    nb.cells[0].source = nb.cells[0].source.split("\n\nWords")[0]
+    twice = pace.stated_texts(nb, counted, "en")[nb.cells[0].get("id")]
+    assert twice.count("- [First look]") == 1
 
 
 def test_every_time_the_solutions_state_is_the_count_in_both_editions():
