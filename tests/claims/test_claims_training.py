@@ -63,6 +63,18 @@ def test_batchnorm_under_ddp_normalises_with_each_ranks_own_batch():
         assert got["diff"] > 1e-3 and got["ranks_equal"], got
 
 
+def _halving_hook(note):
+    """A comm hook for 2 ranks that calls note(bucket), then averages it as DDP does."""
+    import torch.distributed as dist
+
+    def hook(state, bucket):
+        note(bucket)
+        future = dist.all_reduce(bucket.buffer().div_(2), async_op=True).get_future()
+        return future.then(lambda f: f.value()[0])
+
+    return hook
+
+
 def _hooks_and_views() -> dict:
     import torch
     import torch.distributed as dist
@@ -87,15 +99,7 @@ def _hooks_and_views() -> dict:
     summing.register_comm_hook(None, sum_only)
     viewed = model(gradient_as_bucket_view=True)
 
-    def remember(state, bucket):
-        buffers.append(bucket.buffer())
-        return (
-            dist.all_reduce(bucket.buffer().div_(2), async_op=True)
-            .get_future()
-            .then(lambda f: f.value()[0])
-        )
-
-    viewed.register_comm_hook(None, remember)
+    viewed.register_comm_hook(None, _halving_hook(lambda bucket: buffers.append(bucket.buffer())))
     x = torch.full((2, 3), float(rank + 1))
     for m in (summing, viewed):
         m(x).sum().backward()
@@ -294,15 +298,7 @@ def _bucket_layouts_found_unused() -> list:
     net = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.Tanh(), torch.nn.Linear(512, 512))
     model, seen = DDP(net, find_unused_parameters=True), []
 
-    def hook(state, bucket):
-        seen.append(bucket.index())
-        return (
-            dist.all_reduce(bucket.buffer().div_(2), async_op=True)
-            .get_future()
-            .then(lambda f: f.value()[0])
-        )
-
-    model.register_comm_hook(None, hook)
+    model.register_comm_hook(None, _halving_hook(lambda bucket: seen.append(bucket.index())))
     layouts = []
     for _ in range(2):
         seen.clear()
