@@ -77,6 +77,8 @@ MESSAGES = messages(
         "one_rank": "rank {ranks}",
         "many_ranks": "ranks {ranks}",
         "stack_of": "rank {rank}:",
+        # Frames inside torch, one line (tracebacks.py): the functions, then the last's place.
+        "in_torch": "in torch: {calls} ({file}, line {line})",
         "quirk_signal": "was killed by {signal}",
         "quirk_code": "exited with code {code}",
         "exit_quirk": (

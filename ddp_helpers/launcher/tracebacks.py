@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import linecache
 import os
 import re
@@ -16,6 +18,27 @@ _LAUNCHER = os.path.dirname(os.path.abspath(__file__)) + os.sep
 def is_internal(filename: str) -> bool:
     """True for the launcher's own files: their frames are not the learner's."""
     return os.path.abspath(filename).startswith(_LAUNCHER)
+
+
+@functools.cache
+def _torch_folder() -> str | None:
+    """The folder torch is installed in (found without importing it), or None."""
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin:
+        return None
+    return os.path.dirname(os.path.dirname(os.path.abspath(spec.origin))) + os.sep
+
+
+def _torch_file(filename: str) -> str | None:
+    """'torch/distributed/distributed_c10d.py' for a file of torch's own, else None."""
+    folder = _torch_folder()
+    path = os.path.abspath(filename)
+    if folder and path.startswith(folder + "torch" + os.sep):
+        return path[len(folder) :].replace(os.sep, "/")
+    return None
 
 
 def _ipython():
@@ -64,7 +87,11 @@ def parse_faulthandler(text: str) -> list[list[tuple[str, int, str]]]:
 
 
 def render_stack(text: str) -> str:
-    """faulthandler's dump rendered like a Python traceback, with source lines."""
+    """faulthandler's dump rendered like a Python traceback, with source lines.
+
+    Consecutive frames inside torch make one line (`_torch_line`): the learner reads which
+    collective a rank waits in, not torch's code or where this machine installed it.
+    """
     out = []
     for frames in parse_faulthandler(text):
         # A rank is forked from the zygote, so its stack starts in the zygote's own frames:
@@ -79,7 +106,16 @@ def render_stack(text: str) -> str:
             continue
         if out:
             out.append("  (another thread)")
-        for filename, lineno, name in frames:
+        torch_run: list[tuple[str, int, str]] = []  # consecutive frames inside torch
+        for i, (filename, lineno, name) in enumerate(frames):
+            inside = _torch_file(filename)
+            if inside:
+                torch_run.append((inside, lineno, name))
+                following = frames[i + 1][0] if i + 1 < len(frames) else None
+                if following is None or not _torch_file(following):
+                    out.append(_torch_line(torch_run))
+                    torch_run = []
+                continue
             label = cell_label(filename)
             where = f"{label}, line {lineno}" if label else f'File "{filename}", line {lineno}'
             out.append(f"  {where}, in {name}")
@@ -87,6 +123,16 @@ def render_stack(text: str) -> str:
             if source:
                 out.append(f"    {source}")
     return "\n".join(out)
+
+
+def _torch_line(run: list[tuple[str, int, str]]) -> str:
+    """Frames inside torch as one line: the functions called, then where the last one is
+    (torch's file, named from its folder: not torch's code, nor where it is installed)."""
+    from .failures import MESSAGES
+
+    file, lineno, _ = run[-1]
+    calls = " > ".join(name for _, _, name in run)
+    return "  " + MESSAGES["in_torch"].format(calls=calls, file=file, line=lineno)
 
 
 def cell_sources() -> dict:
