@@ -24,10 +24,10 @@ from ._core import (
     writers,
 )
 from ._core import progress as _progress
-from .capstone import exercise as q2  # exercise 4.2, the capstone: a script turned into DDP
+from .capstone import exercise as q1  # exercise 4.1, the capstone: a script turned into DDP
 from .capstone import (  # noqa: F401 - the capstone's data and model, as ex.make_dataset
     make_dataset,
-    make_loader,  # exercise 4.1's reference: the capstone is made of it
+    make_loader,  # exercise 4.2's reference (Going further), the capstone's own loader
     make_model,
 )
 from .devices import made_off_device
@@ -419,7 +419,7 @@ MESSAGES = messages(
 QUIZ = {1: "b", 2: "a", 3: "c", 4: "a"}
 
 
-# ---------------------------------------------------------------- 4.1 make_loader
+# ---------------------------------------------------------------- 4.2 make_loader
 
 
 LOADER_ITEMS, LOADER_BATCH = 64, 16
@@ -1087,8 +1087,8 @@ def _check_gather(fn) -> Phrase:
     return Phrase("gather_ok")
 
 
-q1 = Exercise(
-    "4.1",
+q2 = Exercise(
+    "4.2",
     "make_loader",
     _check_loader,
     make_loader,
@@ -1108,6 +1108,7 @@ q1 = Exercise(
         "hang": Mistake(hint="loader_sampler"),
         "mismatch": Mistake(hint="loader_sampler"),
     },
+    further=True,
 )
 q3 = Exercise(
     "4.3",
@@ -1193,7 +1194,7 @@ q6 = Exercise(
     },
     further=True,
 )
-# In the notebook's order: the core path (4.1 to 4.3), then Going further (4.4 to 4.6).
+# In the notebook's order: the core path (4.1), then Going further (4.2 to 4.7).
 q7 = Exercise(
     "4.7",
     "gather_all",

@@ -257,7 +257,7 @@ def _mismatch_with_detail() -> str:
 
 
 def test_detail_debug_names_a_collective_mismatch_at_once(monkeypatch):
-    # 02-27, 02-29: with TORCH_DISTRIBUTED_DEBUG=DETAIL (set before the ranks start), a rank
+    # 02-25, 02-29: with TORCH_DISTRIBUTED_DEBUG=DETAIL (set before the ranks start), a rank
     # calling another collective than its peers fails at once, naming the operations.
     monkeypatch.setenv("TORCH_DISTRIBUTED_DEBUG", "DETAIL")
     with pytest.raises(DistributedError) as caught:

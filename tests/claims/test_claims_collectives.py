@@ -117,7 +117,7 @@ def _mismatched() -> str:
 
 
 def test_a_barrier_met_by_another_ranks_all_reduce_waits_until_stopped(monkeypatch):
-    # 02-25: without TORCH_DISTRIBUTED_DEBUG=DETAIL, ranks in different collectives wait
+    # 04-62: without TORCH_DISTRIBUTED_DEBUG=DETAIL, ranks in different collectives wait
     # (until the group's timeout; launch stops them after 3 s here).
     monkeypatch.delenv("TORCH_DISTRIBUTED_DEBUG", raising=False)
     with pytest.raises(DistributedError) as caught:

@@ -81,7 +81,7 @@ def test_static_rendezvous_the_agent_serves_master_port_and_omp_is_one(tmp_path)
 
 
 def test_c10d_rendezvous_shares_its_store_unless_told_not_to(tmp_path):
-    # 01-28, 02-36, 04-62: under c10d (--standalone) the agent's store is shared with the
+    # 01-28, 02-36, 04-34: under c10d (--standalone) the agent's store is shared with the
     # ranks (rank 0 serves none); TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 turns that off, and
     # rank 0 serves the store. One rank per machine: OMP_NUM_THREADS left unset.
     shared = _ranks(_torchrun(tmp_path, ["--standalone", "--nproc-per-node", "2"]), tmp_path)

@@ -18,7 +18,7 @@ import cloudpickle
 import nbformat
 import pytest
 from answers_further import SWEEP_3_4, SWEEP_3_5, SWEEP_3_6, SWEEP_4_7
-from test_capstone import SWEEP_4_2
+from test_capstone import SWEEP_4_1
 
 from conftest import ROOT
 from ddp_helpers import i18n
@@ -1336,7 +1336,7 @@ SWEEP = {
     "3.4": SWEEP_3_4,  # Going further's, in tests/answers_further.py
     "3.5": SWEEP_3_5,
     "3.6": SWEEP_3_6,
-    "4.1": (
+    "4.2": (
         [
             (loader_returning_its_sampler, "loader_type"),
             (loader_with_the_global_batch, "loader_batch"),
@@ -1350,7 +1350,7 @@ SWEEP = {
         ],
         [loader_with_explicit_ranks, loader_with_imported_names],
     ),
-    "4.2": SWEEP_4_2,  # the capstone's answers, in tests/exercises/test_capstone.py
+    "4.1": SWEEP_4_1,  # the capstone's answers, in tests/exercises/test_capstone.py
     "4.7": SWEEP_4_7,
     "4.4": (
         [
@@ -1440,9 +1440,9 @@ def _judges():
         ("2.2", _judged(lesson02._judge_real, {**real, "joined": False}), "setup_real_missing"),
         ("2.2", _judged(lesson02._judge_real, {**joined, "group": (0, 1)}), "setup_real_group"),
         # A DistributedSampler that does not reshuffle on set_epoch: none of torch's does.
-        ("4.1", _judged(lesson04._judge_loader, _loader_run([0, 0]), 1), "loader_same_epoch"),
+        ("4.2", _judged(lesson04._judge_loader, _loader_run([0, 0]), 1), "loader_same_epoch"),
         # Several writers, neither every rank nor one a machine: ranks 0 and 3 of 2 x 2.
-        ("4.2", _judged(capstone._judge_checkpoint, [0, 3], None, 4, 2), "ckpt_several"),
+        ("4.1", _judged(capstone._judge_checkpoint, [0, 3], None, 4, 2), "ckpt_several"),
     ]
 
 
@@ -1528,7 +1528,7 @@ def test_an_answer_that_raises_on_the_ranks_is_shown_as_its_own_error_with_its_l
     # DataLoader refuses shuffle with a sampler, on every rank. What the check adds, and so
     # what is tested here: an error of the answer (not a wrong one, not the check's), the
     # answer's own line in the rank's traceback, and every rank accounted for.
-    result = BY_ID["4.1"].grade(loader_shuffled_twice)
+    result = BY_ID["4.2"].grade(loader_shuffled_twice)
     assert (result.status, result.mistake) == ("error", "error"), str(result)
     assert result.title == "raised ValueError"
     line = "return DataLoader(dataset, per_rank, shuffle=True, sampler=DistributedSampler(dataset))"

@@ -1,6 +1,6 @@
 """Lesson 04's capstone (exercise 4.2, `train_ddp`): the check, its proof, its answers.
 
-The learner answers below run through the sweep in tests/exercises/test_answers.py (SWEEP["4.2"]):
+The learner answers below run through the sweep in tests/exercises/test_answers.py (SWEEP["4.1"]):
 each real mistake must be named by its own message, each other right answer must pass.
 """
 
@@ -246,6 +246,27 @@ def barrier_inside_the_rank_zero_save(epochs, path):
     return model
 
 
+def loss_reduced_on_rank_zero_only(epochs, path):
+    device = setup()
+    model = wrap(make_model(), device)
+    data = make_dataset()
+    per_rank = GLOBAL_BATCH // dist.get_world_size()
+    loader = DataLoader(data, per_rank, sampler=DistributedSampler(data))
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    for epoch in range(epochs):
+        loader.sampler.set_epoch(epoch)
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
+            loss.backward()
+            optimizer.step()
+        if dist.get_rank() == 0:  # the log line's loss, reduced where only rank 0 goes
+            dist.all_reduce(loss.detach())
+            torch.save(model.module.state_dict(), path)
+    cleanup()
+    return model
+
+
 # ---------------------------------------------------------------- right answers
 
 
@@ -298,9 +319,35 @@ def own_sampler_and_a_while_loop(epochs, path):
     return plain
 
 
-# exercise 4.2 in the sweep of tests/exercises/test_answers.py: (wrong answers with the mistake each
+def loader_inline_and_the_loss_logged_from_every_rank(epochs, path):
+    device = setup()
+    model = wrap(make_model(), device)
+    dataset = make_dataset()
+    per_rank = GLOBAL_BATCH // dist.get_world_size()
+    loader = DataLoader(dataset, batch_size=per_rank, sampler=DistributedSampler(dataset))
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    for epoch in range(epochs):
+        loader.sampler.set_epoch(epoch)
+        total = torch.zeros(2, device=device)  # the epoch's summed loss and its rows
+        for x, y in loader:
+            x, y = x.to(device), y.to(device)
+            optimizer.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+            rows = torch.tensor(float(len(y)), device=device)
+            total += torch.stack([loss.detach() * rows, rows])
+        dist.all_reduce(total)  # every rank, outside the `if`
+        if dist.get_rank() == 0:
+            print(f"epoch {epoch}: loss {total[0].item() / total[1].item():.4f}")
+            torch.save(model.module.state_dict(), path)
+    cleanup()
+    return model
+
+
+# exercise 4.1 in the sweep of tests/exercises/test_answers.py: (wrong answers with the mistake each
 # must be named by, right answers)
-SWEEP_4_2 = (
+SWEEP_4_1 = (
     [
         (never_wrapped, "not_wrapped"),
         (no_sampler, "no_sampler"),
@@ -328,7 +375,11 @@ SWEEP_4_2 = (
         (a_learning_rate_a_hundred_times_too_large, "weights_nan"),
         (momentum_added_to_the_optimizer, "weights_differ"),
     ],
-    [sampler_in_a_variable_and_a_save_helper, own_sampler_and_a_while_loop],
+    [
+        sampler_in_a_variable_and_a_save_helper,
+        own_sampler_and_a_while_loop,
+        loader_inline_and_the_loss_logged_from_every_rank,
+    ],
 )
 
 
@@ -360,10 +411,13 @@ def test_the_reference_passes_and_says_how_close_it_came():
 
 
 @pytest.mark.usefixtures("no_leftovers")
-def test_a_collective_inside_the_rank_zero_save_is_a_hang_with_the_save_hint(monkeypatch):
+@pytest.mark.parametrize(
+    "answer", [barrier_inside_the_rank_zero_save, loss_reduced_on_rank_zero_only]
+)
+def test_a_collective_inside_the_rank_zero_save_is_a_hang_with_the_save_hint(monkeypatch, answer):
     real = capstone.run_on_ranks
     monkeypatch.setattr(capstone, "run_on_ranks", lambda *a, **k: real(*a, **{**k, "timeout": 3}))
-    result = capstone.exercise.evaluate(barrier_inside_the_rank_zero_save)
+    result = capstone.exercise.evaluate(answer)
     assert result.status == "wrong", str(result)
     assert result.mistake in ("hang", "mismatch") and result.hint_name == "save"
     assert "did not" in result.message and "inside that `if`" in result.hint
@@ -427,8 +481,9 @@ def test_the_pasted_answers_are_those_of_their_exercises():
     nb = nbformat.read(SOLUTION, as_version=4)
     (cell,) = [c.source for c in nb.cells if "# BEGIN SOLUTION (from exercise" in c.source]
     pasted = re.findall(r"def (\w+)\(.*\n\s*# BEGIN SOLUTION \(from exercise (\d+\.\d+)\)", cell)
-    assert [exercise for _, exercise in pasted] == ["2.1", "2.2", "2.3", "3.1"]
-    for name, exercise in pasted:
+    assert [exercise for _, exercise in pasted] == ["2.1", "2.2"]
+    # The one-line answers of 2.3 and 3.1 are written out in the same cell, as given.
+    for name, exercise in [*pasted, ("cleanup", "2.3"), ("wrap", "3.1")]:
         (ex,) = [e for e in exercises_of(exercise.split(".")[0].zfill(2)) if e.id == exercise]
         assert ex.name == name
         notebook = _definitions(cell, {name})

@@ -235,7 +235,7 @@ def test_a_wrong_notebook_loses_the_points_of_its_wrong_answers(lesson04):
     assert "shown when grades are published" in tests["4.4 evaluate"]["output"]
     extra = tests["4.4 evaluate: the grader's extra cases"]
     assert (extra["status"], extra["visibility"]) == ("failed", "after_published")
-    assert tests["4.1 make_loader"]["status"] == "passed"
+    assert tests["4.2 make_loader"]["status"] == "passed"
 
 
 def test_a_malformed_notebook_is_invalid_and_says_why(lesson04):
