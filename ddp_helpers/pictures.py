@@ -53,11 +53,25 @@ MESSAGES = i18n.messages(
 
 def use_fonts() -> None:
     """Give matplotlib a font for the current language (Japanese: IPAexGothic, shipped with
-    matplotlib-fontja), so that no label is drawn as empty boxes."""
+    matplotlib-fontja), so that no label is drawn as empty boxes. Japanese figures are also
+    drawn at twice the pixel density, shown at the same size: at 100 pixels an inch a
+    kanji of many strokes (層) is a blot at a figure's 8-10 points."""
     if i18n.current() == "ja":
         import matplotlib_fontja
 
         matplotlib_fontja.japanize()
+        _retina()
+
+
+def _retina() -> None:
+    """Inline figures as PNG at twice the resolution (IPython's "retina" format)."""
+    try:
+        from IPython import get_ipython
+        from matplotlib_inline.backend_inline import set_matplotlib_formats
+    except ImportError:  # not in a notebook: nothing shows the figure inline
+        return
+    if get_ipython() is not None:
+        set_matplotlib_formats("retina")
 
 
 # Japanese line-breaking rules (kinsoku): no line starts with these, none ends with those.

@@ -8,6 +8,8 @@ import signal
 import sys
 import time
 
+from .i18n import messages
+
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NAME = 15
 _PR_SET_CHILD_SUBREAPER = 36
@@ -166,12 +168,24 @@ def signal_name(signum: int) -> str:
         return f"signal {signum}"
 
 
+EXITS = messages(
+    "procs",
+    {
+        "killed_by": "killed by {signal}",
+        "exit_code": "exit code {code}",
+    },
+)
+
+
 def describe_exit(code: int) -> str:
     """How a process ended, from its exit code as subprocess gives it (negative: a signal).
 
-    'exit code 3' or 'killed by SIGKILL'; launcher and grader word their messages around it.
+    'exit code 3' or 'killed by SIGKILL', in the current language; launcher and grader word
+    their messages around it.
     """
-    return f"killed by {signal_name(-code)}" if code < 0 else f"exit code {code}"
+    if code < 0:
+        return EXITS["killed_by"].format(signal=signal_name(-code))
+    return EXITS["exit_code"].format(code=code)
 
 
 def with_this_package(env: dict) -> dict:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from ja_guard import FENCE, english_in_japanese
 
 from ddp_helpers import i18n
 from ddp_helpers.authoring import translations
@@ -192,22 +192,11 @@ def test_a_message_answers_in_the_current_language_and_falls_back_to_english():
 
 # ---------------------------------------------------------------- the guard: no English joins
 
-_JA = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uff01-\uff5e]")  # kana, kanji, full-width
-_FUNCTION_WORD = re.compile(r"\b(and|or|of|the)\b")
-# Quoted English stays as it is: code, torch's messages, a rank's output prefix.
-_QUOTED = re.compile(r"`[^`\n]*`|'[^'\n]*'|\"[^\"\n]*\"|「[^」\n]*」|\[rank \d+\] ")
-_FENCE = re.compile(r"```.*?```", re.S)
+_FENCE = FENCE
 
 
 def _english_in_japanese(line: str) -> list[str]:
-    """What is wrong with a line of Japanese text: an English function word joining it, a
-    space after 。."""
-    found = []
-    if _JA.search(line) and _FUNCTION_WORD.search(_QUOTED.sub(" ", line)):
-        found.append("an English function word")
-    if re.search(r"。 +\S", line):
-        found.append("a space after 。")
-    return found
+    return english_in_japanese(line)
 
 
 def test_the_guard_catches_what_it_is_for():
@@ -216,6 +205,22 @@ def test_the_guard_catches_what_it_is_for():
     assert _english_in_japanese("停止しました。 ランク 0 の位置: x")
     assert not _english_in_japanese("`a and b` が真なら、'the end' と表示します。次へ")
     assert not _english_in_japanese("one after another: 0.16 s (measured)")  # no Japanese
+    # English words in parentheses, unless a gloss of a glossary term or an acronym
+    assert _english_in_japanese("2 ランクでの高速化率 0.92 (measured)、上限 2")
+    assert _english_in_japanese("レイテンシ 151 us（fitted）")
+    assert not _english_in_japanese("**ワールドサイズ**（world size）: 参加するプロセスの数")
+    assert not _english_in_japanese("インタプリタロック（GIL）を共有します")
+    # the words the glossary translates, bare; the call and a gloss are fine
+    assert _english_in_japanese("灰色は forward、続いて backward です")
+    assert _english_in_japanese("通信と計算の overlap が小さくなります")
+    assert not _english_in_japanese("backward() が戻り、逆伝播（backward）が終わる")
+    assert not _english_in_japanese("torch の中: backward > _engine_run_backward（graph.py）")
+    assert not _english_in_japanese("forward_sync_buffers=False を渡します")
+    # GPUs counted with 基
+    assert _english_in_japanese("GPU を 1 つ割り当てる")
+    assert _english_in_japanese("全ランクが 1 枚のカードに集まる")
+    assert _english_in_japanese("2 つの GPU")
+    assert not _english_in_japanese("GPU 2 基、ランク 2 つ")
 
 
 def _japanese_texts():

@@ -72,13 +72,45 @@ except ImportError:
         "`%pip install PATH_OF_THE_COPY`. It keeps this kernel's torch if that is {torch}. "
         "Or run `make lab` in the copy."
     ) from None"""
+# The same two cells in a translated edition: the first words a learner on the wrong kernel
+# reads come before `use_language`, so they are written in the edition's language here.
+SETUP_TRANSLATED = {
+    "ja": {
+        "install": """\
+# Colab、Kaggle、自分の Jupyter 用のセットアップ: このカーネルに本コースの
+# パッケージがなければ、カーネル自身の torch（CPU 版でも GPU 版でも）を残したまま
+# インストールします。`make lab` では何もしません。
+try:
+    import ddp_helpers
+except ImportError:
+    from importlib.metadata import version
+
+    %pip install --quiet "{requirement}" "torch=={{version('torch')}}"
+    # 見つからない場合は、上に pip が理由を表示しています
+    #（{torch}。Kaggle ではインターネットをオン）
+    import ddp_helpers""",
+        "from_copy": """\
+# セットアップ: 本コースのパッケージは `make lab` なら入っています。ほかのカーネル（自分の Jupyter、
+# VS Code、conda）では、先にコースのコピーからインストールしてください: %pip install コピーのパス
+try:
+    import ddp_helpers
+except ImportError:
+    raise ImportError(
+        "このレッスンには本コースのパッケージ（ddp_helpers）が必要ですが、このカーネルにはありません。"
+        "コースのコピー（git clone またはダウンロード）から、セルで "
+        "`%pip install コピーのパス` を実行してインストールしてください。"
+        "このカーネルの torch が {torch} なら、それをそのまま使います。"
+        "または、コピーの中で `make lab` を実行してください。"
+    ) from None""",
+    },
+}
 # A translated edition's notebooks (solutions/ja, lessons/ja) speak their language: the checks'
 # and the launcher's messages, in the kernel and in its ranks. DDP_HELPERS_LANG overrides it.
 LANGUAGE_TAG = "course-language"
 LANGUAGE_CELL = {
     "ja": """\
 # このノートブックの言語: チェックとランチャーのメッセージが日本語になります
-# (Jupyter を起動する前に DDP_HELPERS_LANG=en を設定すると英語)。
+#（Jupyter を起動する前に DDP_HELPERS_LANG=en を設定すると英語になります）。
 import ddp_helpers
 
 ddp_helpers.use_language("ja")""",
@@ -145,12 +177,16 @@ def add_course_cells(lesson, name: str, repository, torch: str, folder: str = "l
 
     v4 = _nbformat().v4
     cells = []
+    lang = folder.removeprefix("lessons").strip("/") or "en"
+    install, from_copy = SETUP_INSTALL, SETUP_FROM_COPY
+    if lang in SETUP_TRANSLATED:
+        install, from_copy = SETUP_TRANSLATED[lang]["install"], SETUP_TRANSLATED[lang]["from_copy"]
     if repository is not None:
         cells.append(v4.new_markdown_cell(repository.badges(f"{folder}/{name}")))
         cells[-1].metadata["tags"] = [BADGES_TAG]
-        setup = SETUP_INSTALL.format(requirement=repository.requirement, torch=torch)
+        setup = install.format(requirement=repository.requirement, torch=torch)
     else:
-        setup = SETUP_FROM_COPY.format(torch=torch)
+        setup = from_copy.format(torch=torch)
     cells.append(v4.new_code_cell(setup))
     cells[-1].metadata["tags"] = [SETUP_TAG]
     for cell in cells:  # the same ids at every build (nbformat's own are random)

@@ -48,8 +48,8 @@ MINUTES_PER_CHECK = 1.5
 MINUTES_PER_PASTED_ANSWER = 1.0
 TARGET_MINUTES = 30  # a core path's most
 
-# A translation keeps the English words in its heading: "## さらに先へ (Going further)".
-GOING_FURTHER = re.compile(r"^## (?:.*\()?Going further", re.M)
+# A translation keeps the English words in its heading: "## さらに先へ（Going further・任意）".
+GOING_FURTHER = re.compile(r"^## (?:.*[(（])?Going further", re.M)
 STATED = re.compile(
     r"\*(?:Core path: about (\d+) minutes of reading and running, (\d+) exercises?\."
     r"|コアパス: 読んで実行して約 (\d+) 分、演習 (\d+) 問。)"

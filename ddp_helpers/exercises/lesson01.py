@@ -128,6 +128,12 @@ MESSAGES = messages(
         ),
         "gather_other.title": "another collection",
         "gather_ok": "Every rank ends with [0, 1, 2].",
+        # The GIL cell's timings (Going further), printed beside its finding.
+        "gil_serial": "one after another: {seconds:.2f} s (measured)",
+        "gil_threads": (
+            "two threads:       {seconds:.2f} s (measured), cores busy: {cores:.2f} (measured)"
+        ),
+        "gil_processes": "two processes:     {seconds:.2f} s (measured)",
         "finding.gil": (
             "Finding: together the two threads used at most about one core's worth of CPU "
             "time, where threads running at once would use two: the GIL let one thread at a "

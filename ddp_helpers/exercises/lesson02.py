@@ -48,6 +48,7 @@ MESSAGES = messages(
         ),
         "backend_local.title": "GPUs compared with WORLD_SIZE, not LOCAL_WORLD_SIZE",
         "machine_one": "a machine with {gpus} GPU(s) running {local} rank(s)",
+        "machine_no_gpu": "a machine with no GPU running {local} rank(s)",
         "machine_many": (
             "{nodes} machines with {gpus} GPU(s) each, {local} ranks per machine "
             "(WORLD_SIZE={world}, LOCAL_WORLD_SIZE={local})"
@@ -207,6 +208,13 @@ BACKEND_CASES = [
 ]
 
 
+def _machine_key(gpus: int, nodes: int) -> str:
+    """How a pretend machine is named: several, one, or one without a GPU."""
+    if nodes > 1:
+        return "machine_many"
+    return "machine_one" if gpus else "machine_no_gpu"
+
+
 def _on_machine(fn, gpus: int, local: int, world: int) -> tuple[str, str]:
     """In a rank: fn() as rank 0 of a machine with `gpus` GPUs and `local` ranks, of
     `world` in all; what it returned as str() (dist.Backend.GLOO counts as "gloo") and as
@@ -238,7 +246,7 @@ def _check_backend(fn, cases=BACKEND_CASES) -> Phrase:
         if text != want:
             nodes = world // local
             machine = Phrase(
-                "machine_one" if nodes == 1 else "machine_many",
+                _machine_key(gpus, nodes),
                 gpus=gpus,
                 local=local,
                 world=world,
@@ -400,8 +408,9 @@ class _Machine:
     def __init__(self, gpus, nodes, per_node, rank):
         self.gpus, self.per_node, self.rank = gpus, per_node, rank
         self.local, self.world = rank % per_node, nodes * per_node
-        key = "machine_one" if nodes == 1 else "machine_many"
-        machine = Phrase(key, gpus=gpus, local=per_node, world=self.world, nodes=nodes)
+        machine = Phrase(
+            _machine_key(gpus, nodes), gpus=gpus, local=per_node, world=self.world, nodes=nodes
+        )
         self.where = Phrase("setup_where", machine=machine, rank=rank, local=self.local)
         self.want = "nccl" if gpus >= per_node else "gloo"
 

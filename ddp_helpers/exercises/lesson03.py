@@ -33,6 +33,16 @@ MESSAGES = messages(
     "exercises.lesson03",
     {
         "speedup": "{name}: speed-up on 2 ranks {speedup:.2f} (measured), limit 2",
+        # What communication costs (Going further): the fit, then a DDP step predicted.
+        "cores_line": "cores on this machine: {cores} (measured)",
+        "fit_line": (
+            "{n} ranks: latency a step, µs: {alpha:.0f} (fitted); "
+            "bandwidth, GB/s: {beta:.2f} (fitted)"
+        ),
+        "buckets_line": "buckets: {count}, {mib:.1f} MiB",
+        "predicted_line": "the ring model's prediction for them, ms: {ms:.1f} (predicted)",
+        "alone_line": "each bucket's all_reduce timed alone, summed, ms: {ms:.1f} (measured)",
+        "span_line": "span of a step's all-reduces, backward included, ms: {ms:.1f} (measured)",
         "hint.wrap_move_first": (
             "DDP wraps the model where it already is; it does not move it. Put the model on "
             "this rank's device first, then wrap it, and return the wrapper."

@@ -108,7 +108,8 @@ MESSAGES = messages(
         "loader_ok": (
             "On the check's own data set ({n} items, global batch {batch}), on 2 ranks and "
             "on 2 machines x 2 ranks: each item once per epoch, no overlap between ranks, "
-            "{per} rows per rank a step, shuffled, a new order after set_epoch."
+            "{single} rows per rank a step on 2 ranks and {multi} on 2 machines x 2 ranks, "
+            "shuffled, a new order after set_epoch."
         ),
         "hint.eval_reduce": (
             "Every rank must count its own share, and then the ranks must add up their "
@@ -518,8 +519,8 @@ def _check_loader(fn) -> Phrase:
     for nprocs, nnodes in ((2, 1), (4, 2)):
         results = run_on_ranks(_loader_harness, fn, nprocs=nprocs, nnodes=nnodes)
         rows.append(_judge_loader(results, nnodes))
-    per = i18n.and_listed(rows)
-    return Phrase("loader_ok", n=LOADER_ITEMS, batch=LOADER_BATCH, per=per)
+    single, multi = rows
+    return Phrase("loader_ok", n=LOADER_ITEMS, batch=LOADER_BATCH, single=single, multi=multi)
 
 
 # ---------------------------------------------------------------- 4.4 evaluate
@@ -713,7 +714,7 @@ def _check_evaluate(fn, cases=EVALUATE_CASES) -> Phrase:
     return Phrase(
         "eval_ok",
         ranks=worlds[0] if len(worlds) == 1 else and_list(worlds),
-        cases=counted[0] if len(counted) == 1 else and_list(counted),
+        cases=counted[0] if len(counted) == 1 else and_list(counted, groups=True),
     )
 
 

@@ -33,6 +33,10 @@ MESSAGES = messages(
             "process, so what you pass must be picklable: define it at the top level of a cell, "
             "or create it inside the function instead."
         ),
+        # What could not be pickled, as unpicklable's {what} names it.
+        "what_function": "The function",
+        "what_argument": "Argument {n} ({type})",
+        "what_keyword": "Keyword argument {name!r} ({type})",
         "busy": "Another launch is still running in this kernel; wait for it (or join it) first.",
         "spawn_running": (
             "An earlier spawn(join=False) is still running in this kernel: call .join() on the "
@@ -226,18 +230,18 @@ def _pickle_call(fn, args, kwargs) -> bytes:
     try:
         return dumps((fn, args, kwargs))
     except Exception as exc:
-        what = "The function"
+        what = MESSAGES["what_function"]
         for i, arg in enumerate(args):
             try:
                 dumps(arg)
             except Exception:
-                what = f"Argument {i + 1} ({type(arg).__name__})"
+                what = MESSAGES["what_argument"].format(n=i + 1, type=type(arg).__name__)
                 break
         for name, value in kwargs.items():
             try:
                 dumps(value)
             except Exception:
-                what = f"Keyword argument {name!r} ({type(value).__name__})"
+                what = MESSAGES["what_keyword"].format(name=name, type=type(value).__name__)
                 break
         raise TypeError(MESSAGES["unpicklable"].format(what=what, error=exc)) from None
 

@@ -274,3 +274,27 @@ def test_the_set_up_cell_prints_nothing_where_the_package_is_and_says_how_where_
     error = error_of(outputs[3])
     assert error["ename"] == "ImportError"
     assert "%pip install PATH_OF_THE_COPY" in shown(error) and "make lab" in shown(error)
+
+
+def test_the_japanese_set_up_cell_says_it_in_japanese():
+    # The first words a learner on the wrong kernel reads, before `use_language` has run.
+    from ddp_helpers.authoring import build, links
+    from kernel_utils import error_of, run_cells, shown
+
+    ja = build.SETUP_TRANSLATED["ja"]
+    repo = links.Repository("example", "ddp-course")
+    install = ja["install"].format(requirement=repo.requirement, torch="torch>=2.8,<2.16")
+    from_copy = ja["from_copy"].format(torch="torch>=2.8,<2.16")
+    hide = 'import sys\nsys.modules["ddp_helpers"] = None  # a kernel without the course'
+    outputs = run_cells(install, from_copy, hide, from_copy)
+    assert outputs[:3] == [[], [], []]
+    error = error_of(outputs[3])
+    assert error["ename"] == "ImportError"
+    assert "このカーネルにはありません" in shown(error)
+    assert "%pip install コピーのパス" in shown(error)
+    from conftest import ROOT
+
+    lesson = nbformat.read(ROOT / "lessons" / "ja" / "01_rank_and_world_size.ipynb", as_version=4)
+    (setup,) = [c for c in lesson.cells if c.get("id") == "01-setup"]
+    assert setup.source.splitlines()[0] == ja["from_copy"].splitlines()[0]
+    assert "このレッスンには本コースのパッケージ" in setup.source

@@ -134,4 +134,17 @@ def test_a_japanese_lesson_s_code_is_the_english_lesson_s_after_its_language_cel
     english, japanese = code(path), code(path.parent / "ja" / path.name)
     language = [i for i, source in enumerate(japanese) if 'use_language("ja")' in source]
     assert len(language) == 1, "one cell that sets the notebook's language"
-    assert japanese[: language[0]] + japanese[language[0] + 1 :] == english
+    japanese = japanese[: language[0]] + japanese[language[0] + 1 :]
+    # The set-up cell (build's, first) is written in the edition's language: the same code
+    # with Japanese comments and messages.
+    (setup,) = [i for i, source in enumerate(english) if "import ddp_helpers" in source][:1]
+    assert japanese[setup] != english[setup] and "本コースのパッケージ" in japanese[setup]
+    assert _code_only(japanese[setup]) == _code_only(english[setup])
+    assert japanese[:setup] + japanese[setup + 1 :] == english[:setup] + english[setup + 1 :]
+
+
+def _code_only(source: str) -> list[str]:
+    """A cell's statements, without comments and string literals: what it does."""
+    import ast
+
+    return [type(node).__name__ for node in ast.walk(ast.parse(source.replace("%pip", "#")))]

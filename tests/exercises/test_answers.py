@@ -18,6 +18,7 @@ import cloudpickle
 import nbformat
 import pytest
 from answers_further import SWEEP_3_4, SWEEP_3_5, SWEEP_3_6, SWEEP_4_7
+from ja_guard import english_in_japanese
 from test_capstone import SWEEP_4_1
 
 from conftest import ROOT
@@ -1509,19 +1510,38 @@ def test_a_real_mistake_does_not_pass_and_is_named(exercise_id, answer, key, mon
         module = sys.modules[ex._checker.__module__]
         real = module.run_on_ranks
         monkeypatch.setattr(module, "run_on_ranks", lambda *a, **k: real(*a, **{**k, "timeout": 5}))
-    assert_named(ex, ex.grade(answer), key)
+    result = ex.grade(answer)
+    assert_named(ex, result, key)
+    assert_japanese(result)
 
 
 @pytest.mark.parametrize(("exercise_id", "judge", "key"), JUDGED, ids=_name)
 def test_a_mistake_only_a_check_record_shows_is_named(exercise_id, judge, key):
     ex = BY_ID[exercise_id]
-    assert_named(ex, ex._run(judge, None), key)
+    result = ex._run(judge, None)
+    assert_named(ex, result, key)
+    assert_japanese(result)
 
 
 @pytest.mark.parametrize(("exercise_id", "answer"), RIGHT, ids=_name)
 def test_a_right_answer_written_differently_passes(exercise_id, answer):
     result = BY_ID[exercise_id].grade(answer)  # the grader's hidden cases included
     assert result.status == "correct", str(result)
+    assert_japanese(result)
+
+
+def assert_japanese(result):
+    """The result's message, hint and title, shown in Japanese with the fields of this real
+    run, hold no English the Japanese edition's guard forbids (tests/ja_guard.py)."""
+    with i18n.using("ja"):
+        shown = [result.message, result.hint or "", result.title or ""]
+    problems = [
+        f"{found}: {line}"
+        for text in shown
+        for line in text.splitlines()
+        if (found := english_in_japanese(line))
+    ]
+    assert problems == [], "\n".join(problems)
 
 
 def test_an_answer_that_raises_on_the_ranks_is_shown_as_its_own_error_with_its_line():

@@ -408,6 +408,24 @@ def test_an_unpicklable_argument_is_named():
 
     with pytest.raises(TypeError, match=r"Argument 2 \(lock\) cannot be sent"):
         launch(print, 1, threading.Lock(), nprocs=2)
+    from ja_guard import english_in_japanese
+
+    from ddp_helpers import i18n
+
+    with i18n.using("ja"), pytest.raises(TypeError) as raised:  # what it names is Japanese too
+        launch(print, 1, key=threading.Lock(), nprocs=2)
+    said = str(raised.value)
+    assert said.startswith("キーワード引数 'key'（lock 型）をランクのプロセスに送れません")
+    assert english_in_japanese(said.split("「")[0]) == []
+
+
+def test_how_a_process_ended_is_said_in_the_current_language():
+    from ddp_helpers import i18n
+    from ddp_helpers.procs import describe_exit
+
+    assert (describe_exit(-9), describe_exit(3)) == ("killed by SIGKILL", "exit code 3")
+    with i18n.using("ja"):
+        assert (describe_exit(-9), describe_exit(3)) == ("SIGKILL で強制終了", "終了コード 3")
 
 
 @pytest.mark.parametrize(("gpus", "backend"), [(0, "gloo"), (2, "nccl")])
