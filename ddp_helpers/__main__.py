@@ -147,10 +147,10 @@ def _export(args, parser) -> int:
 
 
 def _fill_grade(grade) -> None:
-    from .grading.defaults import DEFAULT_TIMEOUT
+    from .grading.defaults import DEFAULT_OUT, DEFAULT_TIMEOUT
 
     grade.add_argument("paths", nargs="+", metavar="PATH", help="notebooks or folders of them")
-    grade.add_argument("--out", default="grades.csv", help="the CSV to write (grades.csv)")
+    grade.add_argument("--out", default=DEFAULT_OUT, help="the CSV to write (%(default)s)")
     grade.add_argument("--feedback", metavar="DIR", help="write one Markdown file per submission")
     grade.add_argument(
         "--timeout",
@@ -177,7 +177,7 @@ def _fill_grade(grade) -> None:
 
 
 def _add_grade_outputs(outputs) -> None:
-    from .grading.defaults import VISIBILITIES
+    from .grading.defaults import DEFAULT_VISIBILITY, VISIBILITIES
 
     outputs.add_argument(
         "--student-from",
@@ -194,7 +194,7 @@ def _add_grade_outputs(outputs) -> None:
     outputs.add_argument(
         "--hidden-visibility",
         choices=VISIBILITIES,
-        default="after_published",
+        default=DEFAULT_VISIBILITY,
         help="when Gradescope shows the grader's extra cases (%(default)s)",
     )
     outputs.add_argument(
@@ -312,14 +312,12 @@ def _pace(args, parser) -> int:
 
 
 def _fill_autograder(autograder) -> None:
-    from .grading.defaults import DEFAULT_TIMEOUT, VISIBILITIES
+    from .grading.defaults import DEFAULT_TIMEOUT, DEFAULT_VISIBILITY, DEFAULT_ZIP, VISIBILITIES
 
     autograder.add_argument(
         "--lesson", required=True, choices=sorted(LESSONS), help="the lesson it grades"
     )
-    autograder.add_argument(
-        "--out", default="autograder.zip", help="the zip to write (%(default)s)"
-    )
+    autograder.add_argument("--out", default=DEFAULT_ZIP, help="the zip to write (%(default)s)")
     autograder.add_argument(
         "--timeout",
         type=_positive,
@@ -330,7 +328,7 @@ def _fill_autograder(autograder) -> None:
     autograder.add_argument(
         "--hidden-visibility",
         choices=VISIBILITIES,
-        default="after_published",
+        default=DEFAULT_VISIBILITY,
         help="when Gradescope shows the grader's extra cases (%(default)s)",
     )
 

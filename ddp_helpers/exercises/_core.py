@@ -161,6 +161,13 @@ def _is_course_file(path: str) -> bool:
     return any(part in path for part in ("ddp_helpers/exercises", "ddp_helpers/launcher"))
 
 
+# How long a check's launch waits before it names a hang (run_on_ranks, run_answer), and how
+# long the rest of an exercise's cases may run beside it: each exercise may declare its own.
+# The references' checks run in 0.1-2 s here (tests/exercises/test_checks.py holds them).
+HANG_TIMEOUT = 30.0
+RUN_TIME = 30.0
+
+
 class Exercise:
     """One exercise of a lesson: `check(answer)`, `hint()`, `solution()`.
 
@@ -184,6 +191,8 @@ class Exercise:
         hidden=None,
         minutes: float | None = None,
         further: bool = False,
+        hang_timeout: float = HANG_TIMEOUT,
+        run_time: float = RUN_TIME,
     ):
         self.id = id  # "1.2": lesson 1, exercise 2, as the stub's message says
         self.name = name  # what the learner defines in the notebook
@@ -197,8 +206,20 @@ class Exercise:
         # The time the work takes, where the pace rule (lines of the answer) misjudges it.
         self.minutes = minutes
         self.further = further  # in the lesson's optional "Going further" section
+        # Its check's launches wait at most hang_timeout to name a hang, and the rest of
+        # its cases (hidden ones too) run within run_time: tests/exercises hold both.
+        self.hang_timeout = hang_timeout
+        self.run_time = run_time
         self._next_hint = 0
         self._check_texts()
+
+    @property
+    def worst(self) -> float:
+        """Seconds its check, hidden cases included, may take on an answer that hangs in
+        its last case, until the hang is named: what the grader gives it (TimeBudget)."""
+        from ..launcher.plan import STOP
+
+        return self.run_time + self.hang_timeout + STOP.after_timeout
 
     def _check_texts(self) -> None:
         """Every hint and mistake has its text, title and hint: else fail at import."""
@@ -392,7 +413,9 @@ def _launched(harness, answer, args, nprocs: int, nnodes: int, timeout: float):
         raise
 
 
-def run_on_ranks(harness, answer, *args, nprocs: int = 2, nnodes: int = 1, timeout: float = 30):
+def run_on_ranks(
+    harness, answer, *args, nprocs: int = 2, nnodes: int = 1, timeout: float = HANG_TIMEOUT
+):
     """Run a checker's harness, harness(answer, *args), on N CPU ranks; each rank's value
     comes back as plain data. A hang, or collectives that do not match, becomes the Wrong
     that names it ("hang", "mismatch")."""
@@ -410,7 +433,7 @@ def run_on_ranks(harness, answer, *args, nprocs: int = 2, nnodes: int = 1, timeo
         raise
 
 
-def run_answer(harness, answer, *args, timeout: float = 30):
+def run_answer(harness, answer, *args, timeout: float = HANG_TIMEOUT):
     """harness(answer, *args) on one rank, its value back as plain data: how a check runs
     an answer it could call itself, so that the learner's code never runs in the process
     that judges it. What the answer raised comes back as AnswerRaised; an answer that does

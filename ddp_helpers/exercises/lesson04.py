@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 from .. import i18n
@@ -30,7 +31,7 @@ from .capstone import (  # noqa: F401 - the capstone's data and model, as ex.mak
     make_loader,  # exercise 4.2's reference (Going further), the capstone's own loader
     make_model,
 )
-from .devices import made_off_device
+from .devices import COLLECTIVES, made_off_device
 
 # This lesson's cells and checks wrap models in DDP (launcher.expect_ddp says what it does).
 expect_ddp()
@@ -771,33 +772,102 @@ def _trained_ddp():
     return model, opt
 
 
-def _save_harness(save_checkpoint, folder, epoch):
-    """Each rank saves into a folder of its own, so the file system shows who wrote."""
+# The collectives an answer may wait in: torch.distributed's that move tensors (devices.py)
+# and those that move none or objects only; a check counts each rank's calls of them.
+_COLLECTIVES = (*COLLECTIVES, "monitored_barrier", "gather_object", "scatter_object_list")
+_SAVE_KEYS = "ddp-check-save/"  # the check's own keys in the group's store
+
+
+@contextlib.contextmanager
+def _collectives_counted(store, rank: int):
+    """While it is open, each call this rank makes to a collective first writes how many it
+    has entered (1, 2, ...) to the store, as `entered/<rank>`; the counts, here too."""
+    import torch.distributed as dist
+
+    count = [0]
+    real = {name: getattr(dist, name) for name in _COLLECTIVES if hasattr(dist, name)}
+
+    def counted(fn):
+        def entered(*args, **kwargs):
+            count[0] += 1
+            store.set(f"{_SAVE_KEYS}entered/{rank}", str(count[0]))
+            return fn(*args, **kwargs)
+
+        return entered
+
+    for name, fn in real.items():
+        setattr(dist, name, counted(fn))
+    try:
+        yield count
+    finally:
+        for name, fn in real.items():
+            setattr(dist, name, fn)
+
+
+def _peers_settled(store, peers, collectives: int) -> list[int]:
+    """Wait until every peer has either returned from the answer (`went_on/<rank>`) or
+    entered a collective past rank 0's `collectives` so far, where it waits for rank 0
+    itself; then the peers that had returned. Certain, whatever the machine's load: a peer
+    in that collective cannot leave it before rank 0 calls it too, after its save."""
     import time
 
+    def state(peer):
+        if store.check([f"{_SAVE_KEYS}went_on/{peer}"]):
+            return "went_on"
+        key = f"{_SAVE_KEYS}entered/{peer}"
+        if store.check([key]) and int(store.get(key)) > collectives:
+            return "waits"
+        return None
+
+    while True:
+        states = {peer: state(peer) for peer in peers}
+        if None not in states.values():
+            return [peer for peer, s in states.items() if s == "went_on"]
+        time.sleep(0.002)  # polls the store: the peers' own record, not a guess of time
+
+
+@contextlib.contextmanager
+def _saves_watched(store, rank: int, world: int, info: dict):
+    """The collectives counted on every rank; on rank 0, torch.save first waits for the
+    peers to settle (_peers_settled) and puts the ones that had returned in info["early"]."""
+    import torch
+
+    with _collectives_counted(store, rank) as count:
+        if rank != 0:
+            yield
+            return
+        real_save = torch.save
+
+        def watched_save(*args, **kwargs):
+            if info["early"] is None:
+                info["early"] = _peers_settled(store, range(1, world), count[0])
+            return real_save(*args, **kwargs)
+
+        torch.save = watched_save
+        try:
+            yield
+        finally:
+            torch.save = real_save
+
+
+def _save_harness(save_checkpoint, folder, epoch):
+    """Each rank saves into a folder of its own, so the file system shows who wrote. Rank
+    0's torch.save first waits until each peer has returned or waits in a collective: a
+    peer that returned before rank 0 wrote went on without the file (info["early"])."""
     import torch
     import torch.distributed as dist
 
     with process_group():
-        rank = dist.get_rank()
+        rank, world = dist.get_rank(), dist.get_world_size()
         model, opt = _trained_ddp()
-        if rank == 0:
-            # Rank 0 is late, and slow to write: a rank that does not wait for its file
-            # goes on long before it is there, however busy the machine.
-            time.sleep(0.3)
-            real_save = torch.save
-
-            def slow_save(*args, **kwargs):
-                time.sleep(0.3)
-                return real_save(*args, **kwargs)
-
-            torch.save = slow_save
-        save_checkpoint(model, opt, epoch, os.path.join(rank_folder(folder, rank), "ckpt.pt"))
-        info = {"went_on_at": time.time()}  # when this rank's save_checkpoint returned
+        store = dist.distributed_c10d._get_default_store()
+        info = {"early": None}  # None: rank 0's answer never called torch.save
+        with _saves_watched(store, rank, world, info):
+            save_checkpoint(model, opt, epoch, os.path.join(rank_folder(folder, rank), "ckpt.pt"))
+        store.set(f"{_SAVE_KEYS}went_on/{rank}", "1")
         rank0_file = os.path.join(rank_folder(folder, 0), "ckpt.pt")
         dist.barrier()
         if rank == 0 and os.path.exists(rank0_file):
-            info["written_at"] = os.stat(rank0_file).st_mtime
             ckpt = torch.load(rank0_file, map_location="cpu", weights_only=False)
             info["keys"] = sorted(ckpt) if isinstance(ckpt, dict) else type(ckpt).__name__
             not_states = [
@@ -849,10 +919,8 @@ def _check_save(fn) -> Phrase:
             results = run_on_ranks(_save_harness, fn, folder, epoch, nprocs=nprocs, nnodes=nnodes)
             wrote = writers(folder, nprocs)
         _judge_writers(wrote, nprocs, nnodes)
-        written_at = results[0].get("written_at", 0)
-        for rank, r in enumerate(results[1:], 1):
-            if r["went_on_at"] < written_at:
-                raise Wrong("save_barrier", rank=rank)
+        if results[0]["early"]:  # a peer returned before rank 0 had written
+            raise Wrong("save_barrier", rank=results[0]["early"][0])
         info = results[0]
         if "whole" in info:
             what, kind, itself = info["whole"]

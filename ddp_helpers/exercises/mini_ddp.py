@@ -130,6 +130,8 @@ MESSAGES = messages(
 # default size), each on 2 and 3 ranks.
 BUCKET_MBS = (0.0002, 25.0)
 RANKS = (2, 3)
+# A learner's Python hooks run slower than DDP's C++ reducer: each launch waits this long.
+HANG = 60.0
 
 
 def mini_model(seed: int = 0):
@@ -447,7 +449,7 @@ def _judge(run: dict, world: int) -> None:
 
 def _check_mini_ddp(cls) -> Phrase:
     for world in RANKS:
-        ranks = run_on_ranks(_mini_ddp_harness, cls, BUCKET_MBS, nprocs=world, timeout=60)
+        ranks = run_on_ranks(_mini_ddp_harness, cls, BUCKET_MBS, nprocs=world, timeout=HANG)
         for runs in ranks:  # every rank's weights first: the others' depend on them
             for i, run in enumerate(runs):
                 apart = _max_diff(run["weights"], ranks[0][i]["weights"])
@@ -524,4 +526,5 @@ exercise = Exercise(
         "mini_second_step": Mistake(hint="mini_finish"),
     },
     further=True,
+    hang_timeout=HANG,
 )

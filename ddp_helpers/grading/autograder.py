@@ -24,6 +24,7 @@ from pathlib import Path
 
 from ..exercises import LESSONS, notebook_name
 from ..files import replaced_whole
+from .defaults import DEFAULT_OUT, DEFAULT_VISIBILITY
 
 DISTRIBUTION = "ddp-basics"
 CONFIG = "autograder.json"
@@ -281,7 +282,7 @@ def build_autograder(
     lesson: str,
     out="autograder.zip",
     timeout: float = 300.0,
-    hidden_visibility: str = "after_published",
+    hidden_visibility: str = DEFAULT_VISIBILITY,
 ) -> str:
     """Write Gradescope's autograder zip for a lesson; return the line that says what it is."""
     from importlib.metadata import version
@@ -435,7 +436,7 @@ def run(root: Path) -> int:
         return 0
     with tempfile.TemporaryDirectory(prefix="ddp-autograder-") as tmp:
         options = GradeOptions(
-            out=os.path.join(tmp, "grades.csv"),
+            out=os.path.join(tmp, DEFAULT_OUT),
             budget=TimeBudget(notebook=float(config["timeout"])),
             lesson=config["lesson"],
             gradescope=results,

@@ -20,6 +20,7 @@ from .. import i18n
 from ..i18n import messages
 from . import dispatch
 from .budget import TimeBudget
+from .defaults import DEFAULT_OUT, DEFAULT_VISIBILITY
 from .outputs import ClassReport, FeedbackFiles, GradescopeResults, GradesCsv, Output
 from .reports import Progress, feedback_names, in_order, summary
 from .results import Event, Row, Status, Submission
@@ -66,14 +67,14 @@ INSTRUCTOR_TEXT = {
 class GradeOptions:
     """How a batch is graded and what it writes: `python -m ddp_helpers grade`'s options."""
 
-    out: str | Path = "grades.csv"  # the CSV
+    out: str | Path = DEFAULT_OUT  # the CSV
     feedback: str | Path | None = None  # a folder: one Markdown file per submission
     budget: TimeBudget = TimeBudget()  # the time each submission may take (budget.py)
     jobs: int = 1  # submissions graded at once
     lesson: str | None = None  # the lesson asked for: notebooks of others are invalid
     confinement: Confinement | None = None  # the sandbox and the limits (sandbox.choose)
     gradescope: str | Path | None = None  # a folder for Gradescope's results.json
-    hidden_visibility: str = "after_published"  # when Gradescope shows the extra cases
+    hidden_visibility: str = DEFAULT_VISIBILITY  # when Gradescope shows the extra cases
     student_from: re.Pattern | None = None  # finds the student in each submission's path
     report: str | Path | None = None  # the class report, an HTML file
     # What run_batch asks sandbox.choose for, when `confinement` is not given already:

@@ -15,22 +15,21 @@ class TimeBudget:
     notebook: float = DEFAULT_TIMEOUT  # the notebook's run, all its cells (grade --timeout)
     kernel_start: float = 60.0  # a fresh kernel to answer: not counted in `notebook`
     probe: float = 30.0  # after a cell stopped at the limit: taking out what it defined
-    # Each exercise's check gets max(notebook, check_floor): a check that runs ranks has its
-    # own 30 s hang detection, and must have the time to say what hung.
-    check_floor: float = 60.0
     # The worker enforces the limits above and reports on them. The grader stops a worker
     # that outlived all of them by this much (a worker stuck in its own clean-up).
     slack: float = 120.0
 
-    @property
-    def check(self) -> float:
-        """Seconds one exercise's check may run."""
-        return max(self.notebook, self.check_floor)
+    def check(self, exercise) -> float:
+        """Seconds an exercise's check may run: the notebook's limit, or the exercise's own
+        worst case where that is longer (its cases, then its hang detection and the stop:
+        Exercise.worst), so that a hang is named by the check, not cut by the grader."""
+        return max(self.notebook, exercise.worst)
 
-    def total(self, exercises: int) -> float:
-        """Seconds the whole submission may take, `exercises` checks included: the grader's
-        backstop."""
-        return self.kernel_start + self.notebook + self.probe + exercises * self.check + self.slack
+    def total(self, exercises) -> float:
+        """Seconds the whole submission may take, the checks of `exercises` included: the
+        grader's backstop."""
+        checks = sum(self.check(ex) for ex in exercises)
+        return self.kernel_start + self.notebook + self.probe + checks + self.slack
 
     def to_json(self) -> dict:
         return asdict(self)

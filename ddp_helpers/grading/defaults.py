@@ -7,6 +7,9 @@ DEFAULT_TIMEOUT = 300.0  # seconds a notebook may run
 DEFAULT_TASKS = 512  # processes and threads of a submission: a 2-rank lesson uses about 100
 DEFAULT_DISK = 1 << 30  # bytes a submission may write (its folders and logs): a lesson, ~1M
 VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")  # Gradescope's
+DEFAULT_VISIBILITY = "after_published"  # when Gradescope shows the grader's extra cases
+DEFAULT_OUT = "grades.csv"  # grade's CSV
+DEFAULT_ZIP = "autograder.zip"  # the autograder command's zip
 
 
 def sandbox_from_env(value: str | None) -> bool | None:

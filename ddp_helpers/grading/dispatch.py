@@ -69,7 +69,7 @@ def _grade_one(sub, budget: TimeBudget, cancel, tmp_root, confinement) -> Row:
     started = time.monotonic()
     exercises = exercises_of(sub.lesson)
     # Backstop only: the worker enforces the limits itself and reports on them.
-    limit = budget.total(len(exercises))
+    limit = budget.total(exercises)
     try:
         conf = confinement or Confinement()
         outcome, failure = _run_worker(sub, budget, limit, cancel, tmp_root, conf)

@@ -22,7 +22,7 @@ from .. import i18n
 from ..exercises.verdicts import CheckStatus, Hidden
 from ..files import replaced_whole
 from ..i18n import messages
-from .defaults import VISIBILITIES  # noqa: F401 - Gradescope's, as the tests read them
+from .defaults import DEFAULT_VISIBILITY, VISIBILITIES  # noqa: F401 - the tests read them here
 from .escape import printable
 from .results import Row, Status
 
@@ -42,7 +42,7 @@ MESSAGES = messages(
 )
 
 
-def results_json(row: Row, hidden_visibility: str = "after_published") -> dict:
+def results_json(row: Row, hidden_visibility: str = DEFAULT_VISIBILITY) -> dict:
     """The results.json of one graded row, in the submission's language."""
     with i18n.using(row.submission.language):
         results = _results_json(row, hidden_visibility)
@@ -149,7 +149,7 @@ def _notebook_test(row: Row) -> dict:
     }
 
 
-def write_results(row: Row, path: Path, hidden_visibility: str = "after_published") -> Path:
+def write_results(row: Row, path: Path, hidden_visibility: str = DEFAULT_VISIBILITY) -> Path:
     """Write results.json at path (made whole, then moved into place)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with replaced_whole(path, encoding="utf-8") as f:

@@ -16,9 +16,20 @@ import contextlib
 import uuid
 from pathlib import Path
 
+from ..i18n import messages
+
 CGROUP = Path("/sys/fs/cgroup")
-_OOM = "the kernel's out-of-memory killer, in its cgroup"
-_FORK_REFUSED = "a fork was refused in its cgroup"
+
+# How each limit was seen: the {how} of the feedback's memory_hit / tasks_hit (sandbox.py).
+SEEN = messages(
+    "grading.limits",
+    {
+        "oom": "the kernel's out-of-memory killer, in its cgroup",
+        "fork_refused": "a fork was refused in its cgroup",
+        "rlimit_data": "an allocation failed under its RLIMIT_DATA, per process",
+        "tasks_counted": "{tasks} counted",
+    },
+)
 
 
 class Limits:
@@ -99,9 +110,9 @@ class _Cgroups(Limits):
     @classmethod
     def hit(cls, folders: dict[str, Path], memory: int | None, memory_errors: int):
         if memory and cls._memory_hit(folders["memory"]):
-            return "memory", _OOM
+            return "memory", SEEN["oom"]
         if counters(folders["pids"] / "pids.events").get("max", 0):
-            return "tasks", _FORK_REFUSED
+            return "tasks", SEEN["fork_refused"]
         return None
 
 
@@ -175,7 +186,7 @@ class Rlimit(Limits):
     @staticmethod
     def hit(folders: dict[str, Path], memory: int | None, memory_errors: int):
         if memory and memory_errors:
-            return "memory", "an allocation failed under its RLIMIT_DATA, per process"
+            return "memory", SEEN["rlimit_data"]
         return None  # the tasks: counted by the grader (Cage.watch)
 
 

@@ -37,7 +37,7 @@ from ..i18n import messages
 from ..paths import PACKAGE  # ddp_helpers/, the course's own code
 from .defaults import DEFAULT_DISK, DEFAULT_TASKS
 from .folders import WorkFolders
-from .limits import MECHANISMS, Limits, first_usable
+from .limits import MECHANISMS, SEEN, Limits, first_usable
 
 LIMITS = tuple(MECHANISMS)  # how a submission's limits can be held (limits.py)
 _INSTALL = (
@@ -398,7 +398,11 @@ class Cage:
             tasks = sum(p.num_threads() for p in psutil.Process().children(recursive=True))
         except psutil.Error:
             return None
-        return ("tasks", f"{tasks} counted") if tasks > self.conf.tasks else None
+        return (
+            ("tasks", SEEN["tasks_counted"].format(tasks=tasks))
+            if tasks > self.conf.tasks
+            else None
+        )
 
     def _measure_disk(self, now: bool = False) -> tuple[str, str] | None:
         """The disk limit, if the box and the logs are past it: measured on every tick of

@@ -192,9 +192,12 @@ def _children() -> set[int]:
 
 
 def score(
-    folders: WorkFolders, lesson: str, env: dict, limit: float, cage=None
+    folders: WorkFolders, lesson: str, env: dict, limit, cage=None
 ) -> tuple[list[ExerciseScore], list[Event]]:
     """Every exercise of the lesson scored, and what went wrong on the way (a hang, a crash).
+
+    `limit`: the seconds each exercise's check may run, as a function of the exercise
+    (TimeBudget.check) or one figure for all.
 
     An answer that hangs or kills its scorer costs that exercise only: a new scorer takes
     the rest. The caller is a subreaper, so whatever a scorer started is found and killed.
@@ -204,14 +207,15 @@ def score(
 
     exercises = exercises_of(lesson)
     asked = {ex.id: ex for ex in exercises}
+    limits = {ex.id: limit(ex) if callable(limit) else float(limit) for ex in exercises}
     results: dict[str, dict] = {}
     events: list[Event] = []
     while remaining := [i for i in asked if i not in results]:
-        stopped_in, kind, text = _run_scorer(folders, lesson, remaining, env, limit, results, cage)
+        stopped_in, kind, text = _run_scorer(folders, lesson, remaining, env, limits, results, cage)
         if kind is None:
             if all(i in results for i in remaining):
                 break
-            kind, text = "check_died", MESSAGES["check_died"].format(how="exit code 0")
+            kind, text = "check_died", MESSAGES["check_died"].format(how=describe_exit(0))
         progressed = any(i in results for i in remaining)
         if stopped_in is None and progressed:
             continue  # it stopped between two exercises: a new scorer takes the rest
@@ -223,7 +227,7 @@ def score(
     return scores, events
 
 
-def _run_scorer(folders: WorkFolders, lesson, ids, env, limit, results, cage) -> tuple:
+def _run_scorer(folders: WorkFolders, lesson, ids, env, limits, results, cage) -> tuple:
     """One scorer process for `ids`, its results put into `results`: (exercise, kind, why)
     if it hung, died or said what it may not, else (None, None, ""). Nothing it started is
     left."""
@@ -240,7 +244,7 @@ def _run_scorer(folders: WorkFolders, lesson, ids, env, limit, results, cage) ->
     os.close(write_fd)
     asked = {ex.id: ex for ex in exercises_of(lesson) if ex.id in ids}
     try:
-        return _read_scores(proc, read_fd, limit, results, asked, cage)
+        return _read_scores(proc, read_fd, limits, results, asked, cage)
     finally:
         os.close(read_fd)
         stop_tree(proc)
@@ -301,15 +305,23 @@ def _take_line(line: bytes, state: dict, results: dict, asked: dict) -> None:
         raise BadLine(f"{cap(event.get('event'), 20)!r} for exercise {ex_id} out of turn")
 
 
-def _read_scores(proc, fd: int, limit: float, results: dict, asked: dict, cage=None) -> tuple:
+def _read_scores(proc, fd: int, limits, results: dict, asked: dict, cage=None) -> tuple:
     """Read the scorer's lines into results: (exercise, kind, why) if it hung, died or said
     what it may not (BadLine: then it is stopped).
 
-    The limit runs from the scorer's start and from each line it writes, so a scorer that
-    hangs between two exercises is stopped too; its exit is noticed even when something it
-    started still holds the pipe open.
+    `limits`: seconds by exercise id (or one figure). The limit runs from the scorer's start
+    and from each line it writes: the exercise's own once it has started one, the longest
+    between two, so a scorer that hangs there is stopped too; its exit is noticed even when
+    something it started still holds the pipe open.
     """
-    state = {"buffer": b"", "current": None, "deadline": time.monotonic() + limit}
+    if not isinstance(limits, dict):
+        limits = dict.fromkeys(asked, float(limits))
+    between = max(limits[i] for i in asked)
+
+    def limit() -> float:
+        return limits[state["current"]] if state["current"] is not None else between
+
+    state = {"buffer": b"", "current": None, "deadline": time.monotonic() + between}
 
     def take(chunk: bytes) -> None:
         *lines, state["buffer"] = (state["buffer"] + chunk).split(b"\n")
@@ -317,7 +329,7 @@ def _read_scores(proc, fd: int, limit: float, results: dict, asked: dict, cage=N
             raise BadLine(f"a line over {LINE_LIMIT} bytes")
         for line in lines:
             _take_line(line, state, results, asked)
-            state["deadline"] = time.monotonic() + limit
+            state["deadline"] = time.monotonic() + limit()
 
     def drain() -> bool:
         """Read what is there; False once the pipe is closed."""
@@ -339,7 +351,7 @@ def _read_scores(proc, fd: int, limit: float, results: dict, asked: dict, cage=N
     watch = cage.watch if cage is not None else None
     try:
         if supervise(proc, closed, lambda: state["deadline"], watch) == "late":
-            text = MESSAGES["check_timeout"].format(limit=limit)
+            text = MESSAGES["check_timeout"].format(limit=limit())
             return state["current"], "check_timeout", text
         code = proc.wait()  # the scorer is gone: what it wrote is read
         drain()

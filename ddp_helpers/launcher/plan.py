@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .. import i18n
 from ..i18n import messages
 
 BACKENDS = ("auto", "gloo", "nccl")
@@ -176,6 +177,8 @@ def shared_environment(
         env.setdefault("NCCL_SOCKET_IFNAME", loopback)
     env["PYTHONUNBUFFERED"] = "1"
     env["DDP_HELPERS_BACKEND"] = backend
+    # The ranks speak the notebook's language, chosen with use() or for one block (using()).
+    env[i18n.ENV] = i18n.current()
     return env, threads
 
 
@@ -244,6 +247,12 @@ class StopPolicy:
     stacks_wait_interrupted: float = 1.0  # Stop pressed: a learner waits for the stacks
     wedged: float = 5.0  # SIGKILL sent and a rank never reported: the zygote is wedged
     wedged_interrupted: float = 1.5
+
+    @property
+    def after_timeout(self) -> float:
+        """The longest a run takes, past its timeout, to raise: the stacks, SIGKILL, a
+        wedged zygote, the last pipes judged and let go."""
+        return self.stacks_wait + self.wedged + self.drain + self.output_after_exit
 
 
 STOP = StopPolicy()

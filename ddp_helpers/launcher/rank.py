@@ -12,6 +12,7 @@ import time
 import traceback
 import types
 
+from ..i18n import messages
 from ..procs import die_with_parent, set_process_name
 from . import torch_compat
 from .pickling import dumps
@@ -28,6 +29,16 @@ from .protocol import (
 )
 from .tracebacks import is_internal
 from .wire import write_message
+
+MESSAGES = messages(
+    "launcher.rank",
+    {
+        "unsendable": (
+            "the return value ({type}) could not be sent back to the notebook: {error}. "
+            "Return plain data (numbers, lists, dicts, tensors)."
+        ),
+    },
+)
 
 
 def _user_traceback(exc: BaseException) -> str:
@@ -218,10 +229,7 @@ def _run_user_code(req: LaunchRequest, ctl_fd: int, main: types.ModuleType) -> i
     try:
         payload = dumps(value, cpu_tensors=True)
     except Exception as exc:
-        message = (
-            f"the return value ({type(value).__name__}) could not be sent back to the "
-            f"notebook: {exc}. Return plain data (numbers, lists, dicts, tensors)."
-        )
+        message = MESSAGES["unsendable"].format(type=type(value).__name__, error=exc)
         write_message(ctl_fd, _error_message(exc, message))
         return 1
     write_message(ctl_fd, RankResult(payload))

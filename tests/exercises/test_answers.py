@@ -1102,6 +1102,27 @@ def save_after_the_barrier(model, optimizer, epoch, path):
         torch.save(_checkpoint(model, optimizer, epoch), path)
 
 
+def save_with_the_peers_sleeping_instead(model, optimizer, epoch, path):
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    if dist.get_rank() == 0:
+        torch.save(_checkpoint(model, optimizer, epoch), path)
+    else:
+        time.sleep(0.5)  # "long enough" for rank 0 to write: a guess, not a barrier
+
+
+def save_with_an_all_reduce_as_the_barrier(model, optimizer, epoch, path):
+    import torch
+    import torch.distributed as dist
+
+    if dist.get_rank() == 0:
+        torch.save(_checkpoint(model, optimizer, epoch), path)
+    dist.all_reduce(torch.zeros(1))  # every rank waits here for rank 0, as a barrier does
+
+
 def save_nothing_but_the_barrier(model, optimizer, epoch, path):
     import torch.distributed as dist
 
@@ -1382,6 +1403,7 @@ SWEEP = {
             (save_on_the_last_rank, "save_not_zero"),
             (save_without_a_barrier, "save_barrier"),
             (save_after_the_barrier, "save_barrier"),
+            (save_with_the_peers_sleeping_instead, "save_barrier"),
             (save_weights_only, "save_keys"),
             (save_the_module_whole, "save_whole"),
             (save_the_optimizer_whole, "save_whole"),
@@ -1393,7 +1415,11 @@ SWEEP = {
             (save_the_epoch_to_resume_at, "save_epoch"),
             (save_epoch_seven_always, "save_epoch"),
         ],
-        [save_with_imported_names, save_through_a_file_object],
+        [
+            save_with_imported_names,
+            save_through_a_file_object,
+            save_with_an_all_reduce_as_the_barrier,
+        ],
     ),
     "4.6": (
         [

@@ -414,3 +414,41 @@ def test_sizes_read_and_written():
     assert sandbox.parse_size("2000000000") == 2_000_000_000
     assert sandbox.format_size(2 << 30) == "2G"
     assert sandbox.format_size(1536 << 20) == "1536M"
+
+
+@pytest.mark.parametrize("language", ["en", "ja"])
+def test_how_a_limit_was_seen_is_said_in_the_feedbacks_language(tmp_path, language):
+    """Each mechanism's "how" fills {how} of a translated message: no English inside the
+    Japanese (issue 40), from counters as the kernel writes them."""
+    from ja_guard import english_in_japanese
+
+    from ddp_helpers import i18n
+    from ddp_helpers.grading.limits import Cgroup1, Cgroup2, Rlimit
+
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    (v2 / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")
+    (v2 / "pids.events").write_text("max 0\n")
+    v1 = {"memory": tmp_path / "mem", "pids": tmp_path / "pids"}
+    for folder in v1.values():
+        folder.mkdir()
+    (v1["memory"] / "memory.oom_control").write_text("oom_kill 0\n")
+    (v1["memory"] / "memory.failcnt").write_text("0\n")
+    (v1["pids"] / "pids.events").write_text("max 2\n")
+    with i18n.using(language):
+        seen = [
+            Cgroup2.hit({"memory": v2, "pids": v2}, 1 << 30, 0),
+            Cgroup1.hit(v1, 1 << 30, 0),
+            Rlimit.hit({}, 1 << 30, 1),
+        ]
+        said = [
+            sandbox.MESSAGES[f"{which}_hit"].format(limit="1 GiB", how=how) for which, how in seen
+        ]
+    assert [which for which, _ in seen] == ["memory", "tasks", "memory"]
+    assert Rlimit.hit({}, 1 << 30, 0) is None
+    if language == "en":
+        assert "out-of-memory killer" in said[0] and "RLIMIT_DATA" in said[2]
+    else:
+        assert "OOM killer" in said[0] and "fork" in said[1] and "RLIMIT_DATA" in said[2]
+        for text in said:
+            assert english_in_japanese(text) == [], text

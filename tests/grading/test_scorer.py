@@ -207,16 +207,20 @@ def test_an_answers_file_the_notebook_replaced_is_not_loaded(tmp_path, capfd):
 # ---------------------------------------------------------------- what the worker takes
 
 
-def _lines(tmp_path, lines: list, code: int = 0):
-    """_read_scores over a process that writes these lines for lesson 01, then exits."""
+def _lines(tmp_path, lines: list, code: int = 0, limits=30, pause: float = 0.0):
+    """_read_scores over a process that writes these lines for lesson 01, then exits; it
+    works `pause` seconds after each start it writes (a check that takes that long)."""
     from ddp_helpers.exercises import exercises_of
 
     read_fd, write_fd = os.pipe()
     text = "".join(line if isinstance(line, str) else json.dumps(line) + "\n" for line in lines)
     (tmp_path / "lines").write_text(text)
     script = (
-        f"import os, sys; data = open(sys.argv[1], 'rb').read()\n"
-        f"while data: data = data[os.write({write_fd}, data):]\n"
+        "import os, sys, time\n"
+        "for line in open(sys.argv[1], 'rb').read().splitlines(keepends=True):\n"
+        "    started = b'\"start\"' in line\n"
+        f"    while line: line = line[os.write({write_fd}, line):]\n"
+        f"    time.sleep({pause} if started else 0)\n"
         f"os._exit({code})"
     )
     proc = subprocess.Popen(
@@ -226,11 +230,41 @@ def _lines(tmp_path, lines: list, code: int = 0):
     results: dict = {}
     asked = {ex.id: ex for ex in exercises_of("01")}
     try:
-        outcome = scorer._read_scores(proc, read_fd, 30, results, asked)
+        outcome = scorer._read_scores(proc, read_fd, limits, results, asked)
     finally:
         os.close(read_fd)
+        proc.kill()
         proc.wait()
     return outcome, results
+
+
+def test_each_exercise_gets_its_own_window(tmp_path):
+    """An exercise whose check may take longer than the others (its hang detection waits
+    longer: TimeBudget.check) is given that long; the others keep theirs."""
+    limits = {"1.1": 0.5, "1.2": 6.0, "1.3": 0.5, "1.4": 0.5}
+    slow = [{"event": "start", "id": "1.2"}, _done("1.2", mistake="shard_blocks")]
+    outcome, results = _lines(tmp_path, slow, limits=limits, pause=1.5)
+    assert outcome == (None, None, "") and results["1.2"]["mistake"] == "shard_blocks"
+    late = [{"event": "start", "id": "1.1"}, _done("1.1", mistake="gpu_type")]
+    (where, kind, text), results = _lines(tmp_path, late, limits=limits, pause=1.5)
+    assert (where, kind) == ("1.1", "check_timeout") and "within 0.5 s" in text
+    assert results == {}
+
+
+def test_the_budget_gives_a_check_its_own_worst_case():
+    """3.6's launches wait 60 s each before naming a hang: under `grade --timeout 20` its
+    check still gets that, the stop and its other cases; a one-rank check, the notebook's."""
+    from ddp_helpers.exercises import exercises_of
+    from ddp_helpers.grading.budget import TimeBudget
+    from ddp_helpers.launcher.plan import STOP
+
+    mini = next(ex for ex in exercises_of("03") if ex.id == "3.6")
+    short = TimeBudget(notebook=20)
+    assert short.check(mini) == mini.worst >= mini.hang_timeout + STOP.after_timeout
+    assert mini.hang_timeout == 60
+    shard = next(ex for ex in exercises_of("01") if ex.id == "1.2")
+    assert TimeBudget(notebook=600).check(shard) == 600
+    assert short.total([mini, shard]) == 60 + 20 + 30 + mini.worst + shard.worst + 120
 
 
 def _done(ex_id, **fields):

@@ -428,6 +428,26 @@ def test_how_a_process_ended_is_said_in_the_current_language():
         assert (describe_exit(-9), describe_exit(3)) == ("SIGKILL で強制終了", "終了コード 3")
 
 
+def test_a_return_value_that_cannot_come_back_is_said_in_the_notebooks_language():
+    """The rank words it (rank.py): the ranks speak the language chosen in the kernel, for
+    one block (i18n.using) too, not only through the environment (issue 40)."""
+    from ja_guard import english_in_japanese
+
+    from ddp_helpers import i18n
+
+    def lock():
+        return threading.Lock()
+
+    with pytest.raises(DistributedError) as raised:
+        launch(lock, nprocs=2)
+    assert "the return value (lock) could not be sent back" in str(raised.value)
+    with i18n.using("ja"), pytest.raises(DistributedError) as raised:
+        launch(lock, nprocs=2)
+    said = str(raised.value)
+    assert "戻り値（lock 型）をノートブックに送り返せませんでした" in said
+    assert english_in_japanese(said.split("『")[0]) == []
+
+
 @pytest.mark.parametrize(("gpus", "backend"), [(0, "gloo"), (2, "nccl")])
 def test_auto_backend_is_gloo_without_gpus(monkeypatch, gpus, backend):
     if gpus and client.get().gpus:

@@ -139,6 +139,14 @@ def test_the_ranks_environment_is_the_kernels_kept_on_loopback_unless_chosen():
     assert quiet["TORCH_CPP_LOG_LEVEL"] == "ERROR" and "GLOO_SOCKET_IFNAME" not in quiet
 
 
+def test_the_ranks_speak_the_kernels_language():
+    from ddp_helpers import i18n
+
+    with i18n.using("ja"):
+        env, _ = shared_environment({i18n.ENV: "en"}, 2, "gloo", 4, "lo")
+    assert env[i18n.ENV] == "ja"
+
+
 def test_the_zygote_runs_one_thread_per_library():
     env = zygote_environment({"OMP_NUM_THREADS": "8", "OPENBLAS_NUM_THREADS": "2"})
     assert (env["OMP_NUM_THREADS"], env["OPENBLAS_NUM_THREADS"]) == ("1", "2")

@@ -1,0 +1,36 @@
+"""What each exercise declares of its check's time (Exercise.hang_timeout, run_time), which
+the grader's budget reads (TimeBudget.check): held on the reference answer, every case run,
+the grader's hidden ones too."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from ddp_helpers.exercises import _core, exercises_of
+
+EXERCISES = [ex for lesson in ("01", "02", "03", "04") for ex in exercises_of(lesson)]
+
+
+@pytest.mark.parametrize("ex", EXERCISES, ids=lambda ex: ex.id)
+def test_a_check_stays_within_what_its_exercise_declares(ex, monkeypatch):
+    launches = []
+    real = _core._launched
+
+    def watched(harness, answer, args, nprocs, nnodes, timeout):
+        launches.append(timeout)
+        return real(harness, answer, args, nprocs, nnodes, timeout)
+
+    monkeypatch.setattr(_core, "_launched", watched)
+    started = time.monotonic()
+    assert ex.evaluate(ex.reference).passed
+    if ex._hidden is not None:
+        assert ex._run(ex._hidden, ex.reference).passed
+    took = time.monotonic() - started
+    assert launches, "every check runs the answer through run_on_ranks or run_answer"
+    # A launch waits at most the declared time before it names a hang ...
+    assert max(launches) <= ex.hang_timeout, (launches, ex.hang_timeout)
+    # ... and the cases pass well within the time declared for them: a fifth of it, so a
+    # slower answer or a loaded machine still fits (the references take 0.1-2 s here).
+    assert took <= ex.run_time / 5, took
