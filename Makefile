@@ -6,7 +6,7 @@ PORT ?= 8888
 HOST ?= 127.0.0.1
 STAMP := $(VENV)/.installed
 
-.PHONY: lab notebook test lint system-deps system-packages setup-and-packages bench bench-grade bench-warm-up scaling soak restart-soak teardown-soak exit-soak setup clean lock compat site
+.PHONY: lab notebook test lint system-deps system-packages setup-and-packages bench bench-grade bench-warm-up scaling soak restart-soak teardown-soak exit-soak ending-soak setup clean lock compat site
 
 setup: $(STAMP)
 
@@ -72,8 +72,9 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# Tests need bubblewrap (the grader's sandbox), Chromium (pages looked at in a browser) and a
-# Japanese font for it (the Japanese edition's pages).
+# Tests need bubblewrap (the grader's sandbox), Chromium (pages looked at in a browser), a
+# Japanese font for it (the Japanese edition's pages) and SLURM with munge (the exported job
+# run on a real two-node SLURM, tests/cluster).
 # As root with apt (CI, containers) Debian's packages are installed (system-packages: it needs
 # nothing of .venv, so `make test` runs it beside the venv's install); otherwise Chromium is
 # Playwright's own download, and a missing bubblewrap is named. Tests that need what is
@@ -81,7 +82,9 @@ lint: $(STAMP)
 MISSING = missing=""; command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
 	command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
 		missing="$$missing chromium"; \
-	fc-list :lang=ja 2>/dev/null | grep -q . || missing="$$missing fonts-ipafont-gothic"
+	fc-list :lang=ja 2>/dev/null | grep -q . || missing="$$missing fonts-ipafont-gothic"; \
+	{ command -v slurmctld || test -x /usr/sbin/slurmctld; } >/dev/null || missing="$$missing slurm-wlm"; \
+	{ command -v munged || test -x /usr/sbin/munged; } >/dev/null || missing="$$missing munge"
 system-packages:
 	@$(MISSING); \
 	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -102,6 +105,9 @@ system-deps: $(STAMP) system-packages
 	esac; \
 	case "$$missing" in *fonts-ipafont-gothic*) \
 		echo "note: no Japanese font: the Japanese browser test will fail (sudo apt-get install fonts-ipafont-gothic)";; \
+	esac; \
+	case "$$missing" in *slurm-wlm*|*munge*) \
+		echo "note: no SLURM: the cluster tests will fail (sudo apt-get install slurm-wlm munge)";; \
 	esac
 
 # .venv and Debian's packages at once: neither needs the other.
@@ -134,6 +140,9 @@ restart-soak: $(STAMP)
 
 teardown-soak: $(STAMP)
 	$(BIN)/python benchmarks/gloo_teardown.py --runs 200
+
+ending-soak: $(STAMP)
+	$(BIN)/python benchmarks/export_ending.py --runs 60
 
 exit-soak: $(STAMP)
 	$(BIN)/python benchmarks/exit_without_destroy.py --runs 40

@@ -130,6 +130,14 @@ def _build(args, parser) -> int:
 def _fill_export(export) -> None:
     export.add_argument("notebook", help="e.g. solutions/04_sampler_and_checkpoint.ipynb")
     export.add_argument("-o", "--output", default="train.py", help="the script to write")
+    export.add_argument(
+        "--slurm", action="store_true", help="also an sbatch script for it, beside it (.sbatch)"
+    )
+    export.add_argument(
+        "--kubernetes",
+        action="store_true",
+        help="also Kubeflow manifests for it, beside it (.pytorchjob.yaml, .trainjob.yaml)",
+    )
 
 
 def _export(args, parser) -> int:
@@ -137,7 +145,7 @@ def _export(args, parser) -> int:
     from .authoring.export import export as export_notebook
 
     try:
-        print(export_notebook(args.notebook, args.output))
+        print(export_notebook(args.notebook, args.output, args.slurm, args.kubernetes))
     except (ExportError, OSError) as exc:
         return _error(exc)
     return 0

@@ -103,3 +103,8 @@ def shots(_screenshots, record_property):
     """A folder for the browser tests' screenshots, named at the end of the run."""
     record_property("ddp_note", f"browser screenshots of the lessons: {_screenshots}")
     return _screenshots
+
+
+# The real two-node SLURM of tests/cluster, one per session (and xdist worker): declared
+# here once, so each test file that asks for it shares it.
+from cluster.slurm import slurm_cluster  # noqa: E402, F401

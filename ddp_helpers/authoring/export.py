@@ -8,6 +8,7 @@ the rest, then `main()` called. Authoring marks (`# BEGIN SOLUTION`) are left ou
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from .. import i18n
@@ -43,6 +44,11 @@ MESSAGES = messages(
         "wrote": (
             "wrote {out} ({cells} cells); run it with: "
             "torchrun --standalone --nproc-per-node 2 {out}"
+        ),
+        "wrote_slurm": "wrote {out}: a SLURM job for it; submit it with: sbatch {out}",
+        "wrote_kubernetes": (
+            "wrote {out}: a Kubeflow {kind} for it (set its image); apply it with: "
+            "kubectl apply -f {out}"
         ),
     },
 )
@@ -169,8 +175,39 @@ def _import_block(imports: list[str]) -> str:
     return "\n\n".join("\n".join(g) for g in groups if g)
 
 
-def export(notebook: str, out: str) -> str:
-    """Write the script; return the line to print."""
+# The files that run the script on a cluster, beside it (ddp_helpers/authoring/cluster/):
+# what each becomes, named after the script (train.py: train.sbatch, ...).
+CLUSTER = Path(__file__).with_name("cluster")
+SLURM = {"slurm.sbatch": ".sbatch"}
+KUBERNETES = {"pytorchjob.yaml": ".pytorchjob.yaml", "trainjob.yaml": ".trainjob.yaml"}
+KINDS = {"pytorchjob.yaml": "PyTorchJob", "trainjob.yaml": "TrainJob"}
+
+
+def job_name(script: str) -> str:
+    """The job's name from the script's: what SLURM shows and Kubernetes accepts (lower
+    case letters, digits and '-')."""
+    return re.sub(r"[^a-z0-9]+", "-", Path(script).stem.lower()).strip("-") or "train"
+
+
+def cluster_file(template: str, script: str) -> str:
+    """A cluster file for `script` (its name: the file sits beside it)."""
+    text = (CLUSTER / template).read_text(encoding="utf-8")
+    return text.replace("@SCRIPT@", Path(script).name).replace("@JOB@", job_name(script))
+
+
+def export(notebook: str, out: str, slurm: bool = False, kubernetes: bool = False) -> str:
+    """Write the script, and with `slurm` / `kubernetes` the files that run it on such a
+    cluster, beside it; return the lines to print."""
     script, cells = export_script(Path(notebook), Path(out).name)
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(script, encoding="utf-8")
-    return MESSAGES["wrote"].format(out=out, cells=cells)
+    said = [MESSAGES["wrote"].format(out=out, cells=cells)]
+    companions = {**(SLURM if slurm else {}), **(KUBERNETES if kubernetes else {})}
+    for template, suffix in companions.items():
+        path = Path(out).with_name(Path(out).stem + suffix)
+        path.write_text(cluster_file(template, out), encoding="utf-8")
+        if suffix == ".sbatch":
+            said.append(MESSAGES["wrote_slurm"].format(out=path))
+        else:
+            said.append(MESSAGES["wrote_kubernetes"].format(out=path, kind=KINDS[template]))
+    return "\n".join(said)

@@ -360,19 +360,35 @@ def global_batches(epoch: int, seed: int = 0) -> list[list[int]]:
     return [order[k : k + GLOBAL_BATCH].tolist() for k in range(0, ITEMS, GLOBAL_BATCH)]
 
 
-def one_process_weights(epochs: int) -> dict:
-    """The script's training in one process, on DDP's global batches."""
+def one_process_run(epochs: int) -> tuple[dict, list[float]]:
+    """The script's training in one process, on DDP's global batches: the weights, and each
+    epoch's mean batch loss (each batch's before its step), what the script logs."""
     import torch
 
     x, y = make_dataset().tensors
     model = make_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    means = []
     for epoch in range(epochs):
+        losses = []
         for batch in global_batches(epoch):
             optimizer.zero_grad()
-            torch.nn.functional.mse_loss(model(x[batch]), y[batch]).backward()
+            loss = torch.nn.functional.mse_loss(model(x[batch]), y[batch])
+            loss.backward()
             optimizer.step()
-    return _weights(model)
+            losses.append(loss.item())
+        means.append(sum(losses) / len(losses))
+    return _weights(model), means
+
+
+def one_process_weights(epochs: int) -> dict:
+    """The script's training in one process, on DDP's global batches."""
+    return one_process_run(epochs)[0]
+
+
+def one_process_losses(epochs: int) -> list[float]:
+    """Each epoch's mean batch loss of that training: what the script's rank 0 logs."""
+    return one_process_run(epochs)[1]
 
 
 def one_process_first_step() -> dict:

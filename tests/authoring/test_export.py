@@ -130,17 +130,8 @@ def test_the_logged_loss_is_the_mean_over_every_rank_and_batch(two_epochs):
     _, _, run = two_epochs
     logged = float(epoch_lines(run.stdout)[0].split("loss ")[1].split()[0])
     # One process on epoch 0's 6 global batches of 16, each batch's loss before its step.
-    x, y = capstone.make_dataset().tensors
-    model = capstone.make_model()
-    optimizer = torch.optim.SGD(model.parameters(), lr=capstone.LR)
-    losses = []
-    for batch in capstone.global_batches(0):
-        optimizer.zero_grad()
-        loss = torch.nn.functional.mse_loss(model(x[batch]), y[batch])
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    assert abs(logged - sum(losses) / len(losses)) < 1e-6, (logged, losses)
+    (want,) = capstone.one_process_losses(1)
+    assert abs(logged - want) < 1e-6, (logged, want)
 
 
 def test_a_rank_killed_mid_training_is_restarted_by_torchrun_and_the_job_resumes(tmp_path):
@@ -200,6 +191,7 @@ def test_the_script_warns_when_a_restart_would_meet_on_the_failed_starts_store(
     }
     monkeypatch.setattr(os, "environ", dict(os.environ, **env))
     monkeypatch.setattr(sys, "argv", ["train.py"])
+    monkeypatch.setattr(os, "_exit", lambda code: None)  # main()'s end: the test goes on
     main()
     err = capsys.readouterr().err
     if warned:
@@ -271,9 +263,12 @@ def test_the_script_warns_before_training_when_cuda_is_there_but_gloo_is_picked(
     env = {"RANK": rank, "LOCAL_RANK": rank, "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}
     monkeypatch.setattr(os, "environ", dict(os.environ, **env))
     monkeypatch.setattr(sys, "argv", ["train.py", "--epochs", "1"])
+    ended = []  # main() ends the process with os._exit: here it only records the call
+    monkeypatch.setattr(os, "_exit", ended.append)
     main()
+    assert ended == [0]
     (said,) = said_before_training
-    assert said.out == ""
+    assert said.out == ("2 ranks, started by torchrun\n" if rank == "0" else "")
     if warned:
         assert said.err.startswith(WARNING) and said.err.count("\n") == 1, said.err
         assert "sees 1 GPU(s) for LOCAL_WORLD_SIZE=2 ranks" in said.err
@@ -385,3 +380,63 @@ def test_the_script_reads_torchruns_rendezvous_from_its_agent(tmp_path, args, re
         timeout=120,
     )
     assert f"rendezvous {rendezvous}" in run.stdout, run.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    ("tasks", "node", "here"), [("2(x3),1", "2", "2"), ("2(x3),1", "3", "1"), ("4", "0", "4")]
+)
+def test_one_task_per_rank_reads_slurms_variables(tmp_path, monkeypatch, tasks, node, here):
+    script = tmp_path / "train.py"
+    assert export(SOLUTION, script).returncode == 0
+    code = runpy.run_path(str(script), run_name="exported")
+    slurm = {
+        "SLURM_PROCID": "5",
+        "SLURM_NTASKS": "7",
+        "SLURM_LOCALID": "1",
+        "SLURM_STEP_TASKS_PER_NODE": tasks,
+        "SLURM_NODEID": node,
+        "SLURM_JOB_ID": "123456",
+        "MASTER_ADDR": "10.0.0.7",  # the sbatch script's: no scontrol call then
+    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "LOCAL_", "WORLD"))}
+    monkeypatch.setattr(os, "environ", dict(env, **slurm))
+    assert code["launched_by"]().startswith("SLURM, one task per rank")
+    got = {k: os.environ[k] for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
+    assert got == {"RANK": "5", "WORLD_SIZE": "7", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": here}
+    assert (os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]) == ("10.0.0.7", "23456")
+
+
+def test_a_script_started_by_no_launcher_says_how_to_start_it(tmp_path):
+    script = tmp_path / "train.py"
+    assert export(SOLUTION, script).returncode == 0
+    keep = ("PATH", "HOME", "PYTHONPATH")
+    env = {k: v for k, v in os.environ.items() if k in keep}
+    run = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 1 and run.stdout == ""
+    assert run.stderr.startswith("train.py: start it with torchrun, with srun"), run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_the_command_line_writes_the_cluster_files_beside_the_script(tmp_path):
+    from ddp_helpers.__main__ import main
+
+    out = tmp_path / "jobs" / "train.py"  # a folder not there yet is made
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        assert main(["export", str(SOLUTION), "-o", str(out), "--slurm", "--kubernetes"]) == 0
+    said = stdout.getvalue().splitlines()
+    assert said[0].startswith(f"wrote {out} (5 cells)")
+    assert (
+        said[1] == f"wrote {out.with_suffix('.sbatch')}: a SLURM job for it; submit it with: "
+        f"sbatch {out.with_suffix('.sbatch')}"
+    )
+    assert [line.split(":")[0] for line in said[2:]] == [
+        f"wrote {tmp_path / 'jobs' / 'train.pytorchjob.yaml'}",
+        f"wrote {tmp_path / 'jobs' / 'train.trainjob.yaml'}",
+    ]
+    sbatch = out.with_suffix(".sbatch").read_text()
+    assert "@" not in sbatch.replace("$@", "")  # every placeholder filled
+    assert "#SBATCH --job-name=train" in sbatch and "--requeue" in sbatch
+    assert subprocess.run(["bash", "-n", str(out.with_suffix(".sbatch"))]).returncode == 0

@@ -20,7 +20,7 @@ def same_on_every_rank(tensor) -> bool:
     return all(torch.equal(gathered[0], other) for other in gathered[1:])
 
 
-def plain_job(script: Path, nprocs: int = 2, limit: float = 60.0) -> str:
+def plain_job(script: Path, nprocs: int = 2, limit: float = 60.0, args: tuple = ()) -> str:
     """Runs `script` as `nprocs` plain processes joined on loopback (RANK, WORLD_SIZE,
     MASTER_ADDR and MASTER_PORT set, as torchrun would): 'clean' when every one exits with
     0 and writes nothing on stderr, otherwise each bad rank's exit status and last stderr
@@ -33,7 +33,7 @@ def plain_job(script: Path, nprocs: int = 2, limit: float = 60.0) -> str:
     env.pop("TORCH_DISTRIBUTED_DEBUG", None)
     procs = [
         subprocess.Popen(
-            [sys.executable, str(script)],
+            [sys.executable, str(script), *args],
             env={**env, "RANK": str(rank)},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
