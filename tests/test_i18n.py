@@ -248,3 +248,24 @@ def test_no_english_joins_japanese_text_in_any_output_message_or_cell():
         if (found := _english_in_japanese(line))
     ]
     assert problems == [], "\n".join(problems)
+
+
+@pytest.mark.parametrize("language", ["en", "ja"])
+def test_the_notebooks_messages_begin_with_the_mark_of_their_status(language):
+    """verdicts.LOOKS is how a status looks everywhere: the check's messages in the notebook
+    (in the catalog, in every language) begin with the same mark as the feedback's table."""
+    from ddp_helpers import i18n
+    from ddp_helpers.exercises import texts
+    from ddp_helpers.exercises.verdicts import CheckStatus, mark
+
+    starts = {
+        "correct": CheckStatus.CORRECT,
+        "wrong": CheckStatus.WRONG,
+        "error": CheckStatus.ERROR,
+        "not_attempted": CheckStatus.NOT_ATTEMPTED,
+        "not_attempted_other": CheckStatus.NOT_ATTEMPTED,
+        "not_attempted_pasted": CheckStatus.NOT_ATTEMPTED,
+    }
+    with i18n.using(language):
+        for key, status in starts.items():
+            assert texts.MESSAGES[key].startswith(mark(status) + " "), (key, texts.MESSAGES[key])

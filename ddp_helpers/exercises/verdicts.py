@@ -19,6 +19,26 @@ class CheckStatus(StrEnum):
     MISSING = "missing"  # nothing of the exercise's name in the notebook
 
 
+# How each status looks wherever it is shown, in one table: its mark (the feedback, the
+# notebook's messages, whose catalog texts begin with it: tests/test_i18n.py) and its colour
+# (the class report). Its name, in the current language: texts.status_names().
+LOOKS = {
+    CheckStatus.CORRECT: ("✅", "#2e7d32"),
+    CheckStatus.WRONG: ("❌", "#c62828"),
+    CheckStatus.NOT_ATTEMPTED: ("⏳", "#9e9e9e"),
+    CheckStatus.ERROR: ("💥", "#ef6c00"),
+    CheckStatus.MISSING: ("❔", "#5c6bc0"),
+}
+
+
+def mark(status: CheckStatus) -> str:
+    return LOOKS[status][0]
+
+
+def colour(status: CheckStatus) -> str:
+    return LOOKS[status][1]
+
+
 class Hidden(StrEnum):
     """How an answer did on the grader's extra cases (Gradescope's test status too)."""
 

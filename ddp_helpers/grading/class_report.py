@@ -19,7 +19,7 @@ from functools import cache
 from pathlib import Path
 
 from ..exercises.texts import Texts, status_names
-from ..exercises.verdicts import CheckStatus
+from ..exercises.verdicts import CheckStatus, colour
 from ..files import replaced_whole
 from ..i18n import messages
 from . import scorer
@@ -27,13 +27,7 @@ from .escape import printable
 from .results import STATUSES, ExerciseScore, Row, Status
 
 OUTCOMES = tuple(CheckStatus)
-COLORS = {
-    CheckStatus.CORRECT: "#2e7d32",
-    CheckStatus.WRONG: "#c62828",
-    CheckStatus.NOT_ATTEMPTED: "#9e9e9e",
-    CheckStatus.ERROR: "#ef6c00",
-    CheckStatus.MISSING: "#5c6bc0",
-}
+COLORS = {status: colour(status) for status in CheckStatus}  # verdicts.LOOKS
 
 MESSAGES = messages("grading.class_report", {"title": "Class report"})
 

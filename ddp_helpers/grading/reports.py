@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .. import i18n
 from ..exercises.texts import status_names
-from ..exercises.verdicts import CheckStatus
+from ..exercises.verdicts import mark
 from ..files import replaced_whole
 from ..i18n import messages
 from .escape import code_block, csv_cell, line, markdown, markdown_fill, printable
@@ -53,14 +53,6 @@ FEEDBACK = messages(
         "times": "Times: notebook {run:.1f} s, checks {checks:.1f} s.",
     },
 )
-
-_MARK = {
-    CheckStatus.CORRECT: "✅",
-    CheckStatus.WRONG: "❌",
-    CheckStatus.ERROR: "💥",
-    CheckStatus.NOT_ATTEMPTED: "⏳",
-    CheckStatus.MISSING: "❔",
-}
 
 
 def in_order(rows: list[Row], subs: list[Submission]) -> list[Row]:
@@ -260,7 +252,7 @@ def _feedback_markdown(row: Row, timeout: float) -> str:
     for ex in row.exercises:
         out.append(
             f"| {ex.id} `{ex.name}` | {ex.points} / {ex.max} | "
-            f"{_MARK[ex.status]} {names[ex.status]} |"
+            f"{mark(ex.status)} {names[ex.status]} |"
         )
     out.append("")
     for ex in row.exercises:
