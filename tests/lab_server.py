@@ -12,7 +12,7 @@ import urllib.request
 
 import psutil
 
-from conftest import ROOT
+from support import ROOT
 
 
 def free_port() -> int:

@@ -32,7 +32,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from conftest import ROOT
+from support import ROOT
 
 BINDER = ROOT / ".binder"
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"

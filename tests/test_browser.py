@@ -26,8 +26,8 @@ import pytest
 from browser import browser
 from lab_server import make_lab
 
-from conftest import ROOT
 from ddp_helpers.exercises import LESSONS, exercises_of, notebook_name
+from support import ROOT
 
 TOKEN = "ddp-browser-test"
 # JupyterLab's words the tests click or wait for (test_browser_ja.py: its Japanese ones).

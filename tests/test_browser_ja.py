@@ -29,10 +29,10 @@ from test_browser import (
     _wait_whole,
 )
 
-from conftest import ROOT
 from ddp_helpers import i18n
 from ddp_helpers.exercises import exercises_of, notebook_name
 from ddp_helpers.exercises.texts import MESSAGES as CHECK_MESSAGES
+from support import ROOT
 
 TOKEN = "ddp-browser-test-ja"
 WORDS = {"idle": "アイドル", "run": "実行", "run_all": "すべてのセルを実行"}  # the language pack's

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from support import ROOT
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 TEXT = {path: path.read_text() for path in DOCS}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import runpy
 
-from conftest import ROOT
+from support import ROOT
 
 install = runpy.run_path(str(ROOT / "tools" / "install.py"))
 

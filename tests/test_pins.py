@@ -16,8 +16,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from conftest import ROOT
 from ddp_helpers.launcher.torch_compat import KNOWN_GOOD
+from support import ROOT
 
 LOCK = ROOT / "constraints.txt"
 RELOCK = "run `make lock` and commit constraints.txt"

@@ -49,3 +49,23 @@ def exercises_of(lesson: str) -> list:
     import importlib
 
     return importlib.import_module(module_name(lesson)).EXERCISES
+
+
+def builds_ddp(lesson: str) -> bool:
+    """Whether the lesson's cells and checks wrap models in DDP (its module's BUILDS_DDP)."""
+    import importlib
+
+    return getattr(importlib.import_module(module_name(lesson)), "BUILDS_DDP", False)
+
+
+def expect_ddp_if_imported() -> None:
+    """Where a lesson's notebook starts (%load_ext, after its `import ... as ex`): tell the
+    launcher to expect DDP models if a lesson imported so far builds them."""
+    import sys
+
+    from ..launcher import expect_ddp
+
+    if any(
+        getattr(sys.modules.get(module_name(lesson)), "BUILDS_DDP", False) for lesson in LESSONS
+    ):
+        expect_ddp()

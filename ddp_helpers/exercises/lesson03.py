@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 
 from ..i18n import messages
-from ..launcher import expect_ddp
 from ._core import (
     Exercise,
     Listed,
@@ -26,8 +25,9 @@ from .mini_ddp import buckets_for as buckets_for  # exercise 3.6 lays out its bu
 from .mini_ddp import exercise as q6
 from .mini_ddp import mini_ddp_timeline as mini_ddp_timeline
 
-# This lesson's cells and checks wrap models in DDP (launcher.expect_ddp says what it does).
-expect_ddp()
+# This lesson's cells and checks wrap models in DDP: its notebook's %load_ext and the grader's
+# scorer ask the launcher to expect it (launcher.expect_ddp); importing it changes nothing.
+BUILDS_DDP = True
 
 MESSAGES = messages(
     "exercises.lesson03",

@@ -172,8 +172,11 @@ def score_answers(answers_path: str, lesson: str, ids: list[str], out) -> None:
     exercises = {ex.id: ex for ex in exercises_of(lesson)}
     found, unreadable = load_answers(answers_path)
     if any(kind == "ok" for kind, _ in found.values()):
+        from ..exercises import builds_ddp
         from ..launcher import client
 
+        if builds_ddp(lesson):
+            client.expect_ddp()  # the checks build DDP models: the helper warms up for them
         client.start()  # the launcher imports torch while the checks get ready
     references = _references()
     for ex_id in ids:

@@ -170,7 +170,7 @@ def warm_up() -> None:
 
 
 def expect_ddp() -> None:
-    """This kernel's ranks will build DDP models (lessons 03 and 04 say so when imported).
+    """This kernel's ranks will build DDP models (lessons 03 and 04 say so at %load_ext).
 
     The launcher's helper then imports what DDP imports on construction (torch._dynamo,
     about 1 s) once it is idle (between cells, or as soon as a launch's ranks are gone), so

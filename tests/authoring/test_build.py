@@ -161,7 +161,7 @@ REPO = "https://github.com/example/ddp-course"
 
 def _course(tmp_path, url: str | None, readme: str | None = None):
     """A course folder: one solution notebook, a pyproject.toml (Repository = url or none)."""
-    from conftest import ROOT
+    from support import ROOT
 
     tmp_path.mkdir(parents=True, exist_ok=True)
     text = (ROOT / "pyproject.toml").read_text()
@@ -292,7 +292,7 @@ def test_the_japanese_set_up_cell_says_it_in_japanese():
     assert error["ename"] == "ImportError"
     assert "このカーネルにはありません" in shown(error)
     assert "%pip install コピーのパス" in shown(error)
-    from conftest import ROOT
+    from support import ROOT
 
     lesson = nbformat.read(ROOT / "lessons" / "ja" / "01_rank_and_world_size.ipynb", as_version=4)
     (setup,) = [c for c in lesson.cells if c.get("id") == "01-setup"]

@@ -12,8 +12,8 @@ import sys
 import pytest
 import torch
 
-from conftest import ROOT
 from ddp_helpers.exercises import capstone
+from support import ROOT
 
 SOLUTION = ROOT / "solutions" / "04_sampler_and_checkpoint.ipynb"
 LESSON = ROOT / "lessons" / "04_sampler_and_checkpoint.ipynb"

@@ -16,7 +16,6 @@ import sys
 import nbformat
 import pytest
 
-from conftest import ROOT
 from ddp_helpers.exercises import (
     LESSONS,
     NOTEBOOKS,
@@ -25,6 +24,7 @@ from ddp_helpers.exercises import (
     notebook_name,
 )
 from ddp_helpers.stubs import exercise_in
+from support import ROOT
 
 LESSON_FILES = sorted((ROOT / "lessons").glob(NOTEBOOKS))
 

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import nbformat
 import pytest
 
-from conftest import ROOT
 from ddp_helpers.authoring import pace
+from support import ROOT
 
 
 def _notebook():

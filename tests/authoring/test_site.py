@@ -13,7 +13,6 @@ import nbformat
 import pytest
 from browser import browser
 
-from conftest import ROOT
 from ddp_helpers.authoring.build import make_lesson
 from ddp_helpers.authoring.links import repository
 from ddp_helpers.authoring.website import (
@@ -25,6 +24,7 @@ from ddp_helpers.authoring.website import (
     site_notebook,
 )
 from ddp_helpers.exercises import LESSONS, exercises_of, notebook_name
+from support import ROOT
 
 BUILD_SECONDS = 60  # make test builds it: it must stay quick on 2 cores
 URL = "https://github.com/example/ddp-basics"

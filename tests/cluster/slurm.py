@@ -37,6 +37,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from support import SOON  # a SLURM command answers in milliseconds
+
 MISSING = (
     "These tests run jobs on a real SLURM cluster started on this machine, and SLURM or munge "
     "is not installed. Install them (Debian/Ubuntu: sudo apt-get install slurm-wlm munge; run "
@@ -69,9 +71,6 @@ ENDED = {
 START_DEADLINE = 60.0
 # Stopped: jobs cancelled (KillWait below is 2 s) and the daemons ended.
 STOP_DEADLINE = 30.0
-# For a SLURM command, which answers in milliseconds: tests/conftest.py's SOON, not imported
-# from there as this module is loaded by tests/cluster/conftest.py, when `conftest` is that one.
-SOON = 15.0
 ASK = 5.0  # for one answer of many asked while the cluster starts or stops
 POLL = 0.1  # between looks at the cluster's state: it answers in milliseconds
 LOG_LINES = 25  # of each daemon's log, in a failure's message

@@ -22,9 +22,9 @@ import pytest
 import torch
 import yaml
 
-from conftest import ROOT
 from ddp_helpers.authoring.export import export
 from ddp_helpers.exercises import capstone
+from support import ROOT
 
 SOLUTION = ROOT / "solutions" / "04_sampler_and_checkpoint.ipynb"
 EPOCHS = 2

@@ -11,9 +11,9 @@ import pytest
 import torch
 from cluster.slurm import POLL, Cluster
 
-from conftest import ROOT
 from ddp_helpers.authoring.export import export
 from ddp_helpers.exercises import capstone
+from support import ROOT
 
 SOLUTION = ROOT / "solutions" / "04_sampler_and_checkpoint.ipynb"
 EPOCHS = 4  # train.py's default

@@ -21,10 +21,10 @@ from answers_further import SWEEP_3_4, SWEEP_3_5, SWEEP_3_6, SWEEP_4_7
 from ja_guard import english_in_japanese
 from test_capstone import SWEEP_4_1
 
-from conftest import ROOT
 from ddp_helpers import i18n
 from ddp_helpers.exercises import LESSONS, exercises_of, notebook_name
 from ddp_helpers.exercises._core import RANK_MISTAKES
+from support import ROOT
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 

@@ -21,13 +21,13 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
-from conftest import ROOT
 from ddp_helpers.exercises import capstone
 from ddp_helpers.exercises._core import weights_apart
 from ddp_helpers.exercises.capstone import GLOBAL_BATCH, LR, make_dataset, make_model
 from ddp_helpers.exercises.lesson02 import cleanup, setup
 from ddp_helpers.exercises.lesson03 import wrap
 from ddp_helpers.exercises.lesson04 import make_loader
+from support import ROOT
 
 # The answers travel to the ranks by value, as a notebook's do.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

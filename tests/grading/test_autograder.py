@@ -33,8 +33,8 @@ from fixtures.submissions import (
     short,
 )
 
-from conftest import ROOT, extra_case_lines, processes_under
 from ddp_helpers.grading import autograder
+from support import ROOT, extra_case_lines, processes_under
 
 SCHEMA = json.loads((ROOT / "tests" / "fixtures" / "gradescope_results.schema.json").read_text())
 BLOCKED_BWRAP = "#!/bin/sh\necho 'bwrap: No permissions to creating new namespace' >&2\nexit 1\n"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import ROOT
+from support import ROOT
 
 # ---------------------------------------------------------------- the code, for its next reader
 

@@ -16,12 +16,12 @@ import pytest
 from fixtures.submissions import ESCAPEE_SECONDS, NAMES, make_submissions
 from grading_common import TIMEOUT, _grade_cli
 
-from conftest import ROOT, extra_case_lines, processes_under
 from ddp_helpers.exercises import exercises_of, lesson01
 from ddp_helpers.grading import (
     ExerciseScore,
     scorer,
 )
+from support import ROOT, extra_case_lines, processes_under
 
 # ---------------------------------------------------------------- one batch, end to end
 

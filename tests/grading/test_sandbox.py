@@ -33,9 +33,9 @@ from fixtures.submissions import (
 )
 from grading_common import grade_in, left_running, outputs_of
 
-from conftest import ROOT
 from ddp_helpers.exercises import exercises_of
 from ddp_helpers.grading import sandbox
+from support import ROOT
 
 PACKAGE = ROOT / "ddp_helpers"
 FULL = sum(ex.points for ex in exercises_of("01"))

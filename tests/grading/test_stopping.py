@@ -14,11 +14,11 @@ import psutil
 from fixtures.submissions import NAMES, make_submissions
 from grading_common import _env
 
-from conftest import ROOT, SOON, processes_under
 from ddp_helpers.grading import (
     submissions,
 )
 from ddp_helpers.procs import with_this_package
+from support import ROOT, SOON, processes_under
 
 # ---------------------------------------------------------------- stopping, end to end
 

@@ -17,9 +17,9 @@ import cloudpickle
 import psutil
 import pytest
 
-from conftest import SOON
 from ddp_helpers import DistributedError, launch, spawn
 from ddp_helpers.procs import with_this_package
+from support import SOON
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 

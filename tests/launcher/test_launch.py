@@ -12,10 +12,10 @@ import time
 import psutil
 import pytest
 
-from conftest import SOON
 from ddp_helpers import DistributedError, Results, launch, spawn
 from ddp_helpers.launcher import client
 from ddp_helpers.procs import with_this_package
+from support import SOON
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
@@ -690,20 +690,27 @@ def test_expect_ddp_warms_the_running_zygote_its_spares_and_every_later_zygote(m
 @pytest.mark.parametrize(
     ("lesson", "expects"), [("01", False), ("02", False), ("03", True), ("04", True)]
 )
-def test_importing_a_lesson_that_builds_ddp_models_expects_ddp(lesson, expects):
+def test_a_lesson_that_builds_ddp_models_expects_ddp_where_its_notebook_starts(lesson, expects):
+    """Importing a lesson's checks changes no launcher state (the grader imports them all);
+    its notebook's %load_ext, after `import ... as ex`, tells the launcher (issue 40)."""
+    from ddp_helpers.exercises import builds_ddp
+
+    assert builds_ddp(lesson) is expects
     code = (
         f"import ddp_helpers.exercises.lesson{lesson}\n"
         "from ddp_helpers.launcher import client\n"
-        "print(client._ddp_expected, client.running())"
+        "imported = client._ddp_expected\n"
+        "from IPython.core.interactiveshell import InteractiveShell\n"
+        "import ddp_helpers\n"
+        "ddp_helpers.load_ipython_extension(InteractiveShell.instance())\n"
+        "print(imported, client._ddp_expected, client.running())"
     )
+    env = with_this_package(dict(os.environ, DDP_HELPERS_WARM_UP="0"))
     run = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=with_this_package(dict(os.environ)),
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env
     )
-    assert run.stdout.split() == [str(expects), "None"], run.stderr  # and no zygote started
+    # Expected from %load_ext on, not at import; and no zygote started by either.
+    assert run.stdout.split() == ["False", str(expects), "None"], run.stderr
 
 
 def test_wire_carries_more_descriptors_than_one_message_can():

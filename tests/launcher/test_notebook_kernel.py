@@ -8,8 +8,8 @@ import time
 import pytest
 from jupyter_client import KernelManager
 
-from conftest import SOON
 from kernel_utils import descendants, error_of, run_cells, shown, stream_text
+from support import SOON
 
 DEFINE = """
 import os
