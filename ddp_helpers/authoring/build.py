@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..exercises import NOTEBOOKS, exercise_prefix, lesson_of_notebook
 from ..paths import ROOT
-from ..stubs import BEGIN, END, stub_line
+from ..stubs import RegionError, Regions, stub_line
 from . import links, translations
 
 DROP_TAG = "solution-only"
@@ -123,31 +123,18 @@ class BuildError(Exception):
     """A solution notebook that cannot be turned into a lesson; the message says where."""
 
 
-def strip_solutions(
-    source: str, lesson: str, first: int, where: tuple[str, int]
-) -> tuple[str, int]:
-    """Replace each solution region with the stub; return the new source and region count."""
-    out, count, begin = [], 0, None
-    for n, line in enumerate(source.split("\n"), 1):
-        if begin is None:
-            m = BEGIN.match(line)
-            if m:
-                begin = (n, m.group(1), m.group(2), m.group(3))
-            elif END.match(line):
-                raise BuildError(
-                    AUTHOR_TEXT["stray_end"].format(nb=where[0], cell=where[1], line=n)
-                )
-            else:
-                out.append(line)
-        elif END.match(line):
-            if begin[2] is None and not (begin[3] and count):  # a continued one: the same
-                count += 1
-            exercise = begin[2] or f"{lesson}.{first + count - 1}"
-            out.append(stub_line(exercise, indent=begin[1]))
-            begin = None
-    if begin is not None:
-        raise BuildError(AUTHOR_TEXT["unclosed"].format(nb=where[0], cell=where[1], line=begin[0]))
-    return "\n".join(out), count
+def strip_solutions(source: str, regions: Regions, where: tuple[str, int]) -> str:
+    """The cell's source with each solution region replaced by its stub (stubs.Regions
+    numbers them, across the notebook's cells)."""
+    out = []
+    try:
+        for piece in regions.walk(source):
+            out.append(piece if isinstance(piece, str) else stub_line(piece.exercise, piece.indent))
+    except RegionError as exc:
+        raise BuildError(
+            AUTHOR_TEXT[exc.kind].format(nb=where[0], cell=where[1], line=exc.line)
+        ) from None
+    return "\n".join(out)
 
 
 def make_lesson(nb, name: str):
@@ -156,19 +143,18 @@ def make_lesson(nb, name: str):
 
     lesson = copy.deepcopy(nb)
     number = exercise_prefix(lesson_of_notebook(name))
-    cells, regions = [], 0
+    cells, regions = [], Regions(number)
     for index, cell in enumerate(lesson.cells, 1):
         if DROP_TAG in cell.get("metadata", {}).get("tags", []):
             continue
         if cell.cell_type == "code":
-            cell.source, found = strip_solutions(cell.source, number, regions + 1, (name, index))
-            regions += found
+            cell.source = strip_solutions(cell.source, regions, (name, index))
             cell.outputs = []
             cell.execution_count = None
             cell.metadata.pop("execution", None)
         cells.append(cell)
     lesson.cells = cells
-    return lesson, regions
+    return lesson, regions.count
 
 
 def add_course_cells(lesson, name: str, repository, torch: str, folder: str = "lessons") -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..stubs import BEGIN, END
+from ..stubs import Regions
 
 # The rates behind the estimate, for a learner new to distributed training who knows basic
 # PyTorch. Calibrated on an outside read of the four lessons at commit a5e9372, which put
@@ -197,33 +197,26 @@ class Counted:
         return listed + int(self.intro.minutes + 0.5)
 
 
-def _code_cell(cell, tally: _Tally, answer_index: int) -> int:
-    """Count a code cell into `tally`; the index of the next answer."""
+def _code_cell(cell, tally: _Tally, regions: Regions) -> None:
+    """Count a code cell into `tally`: its shown lines, and each answer's lines by region
+    (stubs.Regions: a continued region adds to the answer before it, a pasted one is
+    counted apart)."""
     tally.cells += 1
-    shown, region, earlier, continued, own = [], None, None, None, []
-    for line in cell.source.splitlines():
-        begin = BEGIN.match(line)
-        if begin:
-            region, earlier, continued = [], begin.group(2), begin.group(3)
-        elif END.match(line) and region is not None:
-            if earlier:
-                tally.pasted += 1
-            elif continued and tally.answers:  # more of the answer before it
-                own += region
-                tally.answers[-1][1] = _code_lines(own)
-            else:
-                own = region
-                tally.answers.append([answer_index, _code_lines(region)])
-                answer_index += 1
-            region = None
-        elif region is not None:
-            region.append(line)
+    shown, own = [], []
+    for piece in regions.walk(cell.source):
+        if isinstance(piece, str):
+            shown.append(piece)
+        elif piece.pasted:
+            tally.pasted += 1
+        elif piece.continued and tally.answers:  # more of the answer before it
+            own += piece.lines
+            tally.answers[-1][1] = _code_lines(own)
         else:
-            shown.append(line)
+            own = list(piece.lines)
+            tally.answers.append([regions.count - 1, _code_lines(own)])
     tally.code += _code_lines(shown)
     lines, pictures = _outputs(cell)
     tally.outputs, tally.pictures = tally.outputs + lines, tally.pictures + pictures
-    return answer_index
 
 
 def count(solution, exercises=()) -> Counted:
@@ -237,7 +230,7 @@ def count(solution, exercises=()) -> Counted:
     exercises = list(exercises)
     core, intro = _Tally(), _Tally()
     sections: list[tuple[str, str, str, _Tally]] = []
-    current, further, answer_index = core, False, 0
+    current, further, regions = core, False, Regions("")  # the answers' order is what counts
     for cell in solution.cells:
         if cell.cell_type == "markdown":
             text = cell.source
@@ -263,7 +256,7 @@ def count(solution, exercises=()) -> Counted:
             continue
         if cell.cell_type != "code" or "solution-only" in cell.metadata.get("tags", []):
             continue
-        answer_index = _code_cell(cell, current, answer_index)
+        _code_cell(cell, current, regions)
     return Counted(
         core.path(exercises),
         intro.path(exercises),

@@ -23,7 +23,7 @@ from urllib.parse import unquote, urlsplit
 
 from .. import i18n
 from ..paths import ROOT
-from ..stubs import BEGIN, END
+from ..stubs import Region, Regions
 from .build import _solutions
 
 BINDER = "https://mybinder.org"
@@ -282,18 +282,12 @@ def _code_lines(lines: list[str]) -> list[str]:
 
 def _regions(cells, lesson: str) -> dict[str, list[str]]:
     """A solution notebook's answer regions by exercise id, numbered as `build` does."""
-    found, inside, count = {}, None, 0
+    found: dict[str, list[str]] = {}
+    regions = Regions(lesson)
     for cell in cells:
-        for line in cell.source.split("\n"):
-            m = BEGIN.match(line)
-            if m:
-                if m.group(2) is None and not (m.group(3) and count):
-                    count += 1
-                inside = found.setdefault(m.group(2) or f"{lesson}.{count}", [])
-            elif END.match(line):
-                inside = None
-            elif inside is not None:
-                inside.append(line)
+        for piece in regions.walk(cell.source):
+            if isinstance(piece, Region):
+                found.setdefault(piece.exercise, []).extend(piece.lines)
     return found
 
 

@@ -10,11 +10,18 @@ import nbformat
 import pytest
 
 from ddp_helpers.authoring.build import BuildError, build_lessons, make_lesson, strip_solutions
+from ddp_helpers.stubs import Regions
+
+
+def _stripped(src: str, lesson: str, first: int, where: tuple[str, int]) -> tuple[str, int]:
+    """The cell's source as build writes it, and how many of the lesson's exercises it has."""
+    regions = Regions(lesson, first)
+    return strip_solutions(src, regions, where), regions.count
 
 
 def test_a_region_becomes_the_stub_at_its_indentation():
     src = "def f(x):\n    # BEGIN SOLUTION\n    y = x + 1\n    return y\n    # END SOLUTION\n"
-    out, n = strip_solutions(src, "3", 2, ("03_x.ipynb", 5))
+    out, n = _stripped(src, "3", 2, ("03_x.ipynb", 5))
     assert n == 1
     assert out == 'def f(x):\n    raise NotImplementedError("exercise 3.2")\n'
 
@@ -24,7 +31,7 @@ def test_an_earlier_answer_pasted_in_keeps_its_own_number_and_is_not_counted():
         "def setup():\n    # BEGIN SOLUTION (from exercise 2.2)\n    return 1\n    # END SOLUTION\n"
         "def mine():\n    # BEGIN SOLUTION\n    return 2\n    # END SOLUTION\n"
     )
-    out, n = strip_solutions(src, "4", 1, ("04_x.ipynb", 3))
+    out, n = _stripped(src, "4", 1, ("04_x.ipynb", 3))
     assert n == 1
     assert out == (
         'def setup():\n    raise NotImplementedError("exercise 2.2")\n'
@@ -40,7 +47,7 @@ def test_a_continued_region_is_more_of_the_exercise_before_it():
         "        return 2\n        # END SOLUTION\n"
         "def h():\n    # BEGIN SOLUTION\n    return 3\n    # END SOLUTION\n"
     )
-    out, n = strip_solutions(src, "3", 6, ("03_x.ipynb", 7))
+    out, n = _stripped(src, "3", 6, ("03_x.ipynb", 7))
     assert n == 2  # exercises 3.6 and 3.7
     assert out == (
         'class A:\n    def f(self):\n        raise NotImplementedError("exercise 3.6")\n\n'
@@ -69,7 +76,7 @@ def test_execute_only_runs_the_named_lessons(tmp_path, monkeypatch):
 
 def test_an_unclosed_region_is_an_error_naming_the_place():
     with pytest.raises(BuildError, match=r"03_x.ipynb, cell 5: `# BEGIN SOLUTION` on line 2"):
-        strip_solutions("def f():\n    # BEGIN SOLUTION\n    return 1\n", "3", 1, ("03_x.ipynb", 5))
+        _stripped("def f():\n    # BEGIN SOLUTION\n    return 1\n", "3", 1, ("03_x.ipynb", 5))
 
 
 def _notebook():
@@ -298,3 +305,46 @@ def test_the_japanese_set_up_cell_says_it_in_japanese():
     (setup,) = [c for c in lesson.cells if c.get("id") == "01-setup"]
     assert setup.source.splitlines()[0] == ja["from_copy"].splitlines()[0]
     assert "このレッスンには本コースのパッケージ" in setup.source
+
+
+def test_build_the_site_and_pace_number_the_regions_alike_across_cells():
+    """One walker (stubs.Regions) for all three: a region continued in the next cell is the
+    same exercise for the stub build writes, for what the site keeps out of its pages and
+    for the answer pace counts; a pasted region keeps its own exercise."""
+    import nbformat
+
+    from ddp_helpers.authoring import pace
+    from ddp_helpers.authoring.build import make_lesson
+    from ddp_helpers.authoring.website import _regions
+
+    cells = [
+        "def first():\n    # BEGIN SOLUTION\n    return 1\n    # END SOLUTION",
+        "class Second:\n    def a(self):\n        # BEGIN SOLUTION\n        return 2\n"
+        "        # END SOLUTION",
+        "    def b(self):\n        # BEGIN SOLUTION (continued)\n        return 3\n"
+        "        x = 4\n        # END SOLUTION",
+        "def pasted():\n    # BEGIN SOLUTION (from exercise 2.2)\n    return 5\n    # END SOLUTION",
+        "def third():\n    # BEGIN SOLUTION\n    return 6\n    # END SOLUTION",
+    ]
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# 03 · t")]
+    nb.cells += [nbformat.v4.new_code_cell(c) for c in cells]
+    lesson, count = make_lesson(nb, "03_ddp_wrap.ipynb")
+    stubs = [c.source.splitlines()[-1].strip() for c in lesson.cells[1:]]
+    assert stubs == [
+        'raise NotImplementedError("exercise 3.1")',
+        'raise NotImplementedError("exercise 3.2")',
+        'raise NotImplementedError("exercise 3.2")',  # continued: the same exercise
+        'raise NotImplementedError("exercise 2.2")',
+        'raise NotImplementedError("exercise 3.3")',
+    ]
+    assert count == 3
+    site = _regions(nb.cells, "3")
+    assert site == {
+        "3.1": ["    return 1"],
+        "3.2": ["        return 2", "        return 3", "        x = 4"],
+        "2.2": ["    return 5"],
+        "3.3": ["    return 6"],
+    }
+    counted = pace.count(nb).core
+    assert counted.pasted == 1 and len(counted.exercise_minutes) == 3
