@@ -25,9 +25,10 @@ import nbformat
 import pytest
 from browser import browser
 from lab_server import make_lab
+from playwright.sync_api import expect
 
 from ddp_helpers.exercises import LESSONS, exercises_of, notebook_name
-from support import ROOT
+from support import ROOT, SOON
 
 TOKEN = "ddp-browser-test"
 # JupyterLab's words the tests click or wait for (test_browser_ja.py: its Japanese ones).
@@ -82,17 +83,18 @@ def _prompts(page) -> list[str]:
     return _notebook(page).locator(".jp-CodeCell .jp-InputPrompt").all_inner_texts()
 
 
+RAN = re.compile(r"^\s*\[\d+\]:\s*$")  # a code cell's prompt once it has run
+
+
 def _wait_all_ran(page, count: int, limit: float) -> list[str]:
-    deadline = time.monotonic() + limit
-    while True:
-        prompts = [p.strip() for p in _prompts(page)]
-        if len(prompts) == count and all(re.fullmatch(r"\[\d+\]:", p) for p in prompts):
-            return prompts
-        if time.monotonic() > deadline:
-            shot = Path(tempfile.mkdtemp(prefix="ddp-browser-")) / "stuck.png"
-            page.screenshot(path=shot)
-            raise AssertionError(f"cells not run after {limit} s: {prompts} (page: {shot})")
-        time.sleep(0.25)
+    prompts = _notebook(page).locator(".jp-CodeCell .jp-InputPrompt")
+    try:
+        expect(prompts).to_have_text([RAN] * count, timeout=limit * 1000)
+    except AssertionError as exc:
+        shot = Path(tempfile.mkdtemp(prefix="ddp-browser-")) / "stuck.png"
+        page.screenshot(path=shot)
+        raise AssertionError(f"cells not run after {limit} s (page: {shot}): {exc}") from None
+    return [p.strip() for p in _prompts(page)]
 
 
 def _run_menu(page, item: str, words=WORDS) -> None:
@@ -139,10 +141,7 @@ def _run_above(page, text: str) -> None:
 def _wait_whole(page, cells: int) -> None:
     """Every cell of the notebook in the page (windowingMode none, from the course's
     settings), not only those in view."""
-    deadline = time.monotonic() + 30
-    while (shown := _notebook(page).locator(".jp-Cell").count()) != cells:
-        assert time.monotonic() < deadline, f"{shown} of {cells} cells in the page"
-        time.sleep(0.2)
+    expect(_notebook(page).locator(".jp-Cell")).to_have_count(cells, timeout=30_000)
 
 
 def _cell_with(page, text: str):
@@ -170,10 +169,7 @@ def _run_new_cell_below(page, source: str):
 
 
 def _wait_for_output(cell, text: str, limit: float) -> None:
-    deadline = time.monotonic() + limit
-    while text not in _output_of(cell):
-        assert time.monotonic() < deadline, _output_of(cell)
-        time.sleep(0.2)
+    expect(cell.locator(".jp-OutputArea")).to_contain_text(text, timeout=limit * 1000)
 
 
 def test_make_lab_opens_the_first_lesson_with_no_pop_up(lab, page):
@@ -200,10 +196,7 @@ def test_exercise_1_1_typed_right_then_wrong(lab, page, shots):
         _replace_source(page, stub, f"def gpu_for_this_rank():\n    {body}\n")
         page.keyboard.press("Shift+Enter")  # runs it and moves to the check below
         page.keyboard.press("Shift+Enter")
-        deadline = time.monotonic() + 30
-        while expected not in _output_of(check):
-            assert time.monotonic() < deadline, _output_of(check)
-            time.sleep(0.2)
+        _wait_for_output(check, expected, 30)
         if expected.startswith("✅"):  # the picture in the README (docs/lab.png)
             check.evaluate("cell => cell.scrollIntoView({block: 'end'})")
             page.screenshot(path=shots / "exercise_1_1_correct.png")
@@ -223,12 +216,10 @@ def test_a_hanging_ddp_cell_stops_from_the_toolbar_with_the_ranks_stacks(lab, pa
         ".jp-NotebookPanel:visible jp-button[data-command='notebook:interrupt-kernel'],"
         ".jp-NotebookPanel:visible button[data-command='notebook:interrupt-kernel']"
     ).first.click()
-    while not re.fullmatch(r"\[\d+\]:", hang.locator(".jp-InputPrompt").inner_text().strip()):
-        assert time.monotonic() - started < 10, "the cell did not stop"
-        time.sleep(0.05)
+    expect(hang.locator(".jp-InputPrompt")).to_have_text(RAN, timeout=SOON * 1000)
     stopped = time.monotonic() - started
     out = _output_of(hang)
-    assert stopped < 3, f"the cell took {stopped:.1f} s to stop"
+    assert stopped < SOON, f"the cell took {stopped:.1f} s to stop"
     assert "Interrupted: every rank was stopped" in out and "KeyboardInterrupt" in out
     assert "rank 0:" in out and "rank 1:" in out and "time.sleep(600)" in out
     # The same kernel runs the next cell.

@@ -237,10 +237,8 @@ def test_far_more_ranks_than_cores_warns(capsys, monkeypatch):
 
 def test_seventy_ranks_start_and_return():
     # Four pipes per rank: 281 descriptors, more than one socket message can carry.
-    start = time.monotonic()
-    results = launch(os.getpid, nprocs=70, timeout=60)
+    results = launch(os.getpid, nprocs=70, timeout=60)  # raises if they are not back by then
     assert len(set(results)) == 70
-    assert time.monotonic() - start < 30
 
 
 def test_a_rank_that_cannot_be_forked_is_named_and_the_launcher_lives_on(monkeypatch):
@@ -256,7 +254,7 @@ def test_a_rank_that_cannot_be_forked_is_named_and_the_launcher_lives_on(monkeyp
         start = time.monotonic()
         with pytest.raises(DistributedError) as info:
             launch(time.sleep, 60, nprocs=12, timeout=30)
-        assert time.monotonic() - start < 10
+        assert time.monotonic() - start < SOON  # not the 30 s timeout: the failed fork
         err = info.value
         assert err.kind == "start" and err.rank == 10
         assert "Rank 10 of 12 could not be started" in str(err)

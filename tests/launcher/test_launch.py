@@ -577,7 +577,8 @@ def test_a_spawn_that_is_never_joined_does_not_block_later_launches(capfd):
     assert "was never joined and nothing can join it any more" in capfd.readouterr().err
 
     kept = spawn(nap, args=(0,), nprocs=2, join=False)
-    time.sleep(1.5)  # it has finished, unjoined
+    # Until it has finished (its run's own events read, as a later launch reads them), unjoined.
+    assert kept._run.poll(time.monotonic() + SOON), "the spawn did not finish"
     assert list(launch(lambda: 2, nprocs=2)) == [2, 2]
     assert "finished without being joined: it succeeded" in capfd.readouterr().err
 
@@ -626,7 +627,7 @@ def test_stop_pressed_while_the_zygote_is_still_busy_stops_at_once(no_leftovers)
     timer.start()
     with pytest.raises(KeyboardInterrupt):
         launch(_sleep_long, nprocs=2)  # requested while the zygote imports torch._dynamo
-    assert time.monotonic() - start < 2.5
+    assert time.monotonic() - start < SOON  # not the 30 s the ranks would sleep
     assert list(launch(_nothing, nprocs=2)) == [None, None]  # and the next launch works
 
 
@@ -651,6 +652,14 @@ def _until_warm(limit: float = 15) -> None:
         time.sleep(0.1)
 
 
+def _until_spares(pid: int, count: int) -> None:
+    """Wait until the zygote `pid` holds `count` spares (its children named ddp-spare)."""
+    deadline = time.monotonic() + SOON
+    while sum(p.name() == "ddp-spare" for p in psutil.Process(pid).children()) < count:
+        assert time.monotonic() < deadline, f"the zygote forked no {count} spares"
+        time.sleep(0.01)
+
+
 def _rss_anon(pid: int) -> int:
     with open(f"/proc/{pid}/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("RssAnon:"))
@@ -660,7 +669,9 @@ def test_the_zygote_imports_torch_dynamo_only_once_a_rank_has_built_ddp(monkeypa
     monkeypatch.setattr(client, "_ddp_expected", False)  # no lesson 02, 03 or 04 said so
     client.shutdown()
     assert list(launch(_has_dynamo, nprocs=2)) == [False, False]
-    time.sleep(0.5)  # idle: a zygote that was going to warm up would do it now
+    # Idle, it forks its spares; a warm-up due comes first (zygote.py), so spares forked show
+    # that none was: and they would hold torch._dynamo if it had been.
+    _until_spares(client.running().proc.pid, 2)
     assert list(launch(_has_dynamo, nprocs=2)) == [False, False]
     launch(_builds_ddp, nprocs=2)  # each rank imports torch._dynamo itself, once
     _until_warm()
@@ -670,8 +681,8 @@ def test_expect_ddp_warms_the_running_zygote_its_spares_and_every_later_zygote(m
     monkeypatch.setattr(client, "_ddp_expected", False)
     client.shutdown()
     assert list(launch(_has_dynamo, nprocs=2)) == [False, False]
-    time.sleep(0.3)  # two spares are forked, cold, for the next launch
     pid = client.running().proc.pid
+    _until_spares(pid, 2)  # two spares are forked, cold, for the next launch
     cold = _rss_anon(pid)
     client.expect_ddp()
     deadline = time.monotonic() + 30

@@ -168,6 +168,17 @@ FOREVER = (
 )
 
 
+def _until_ranks(kernel: int, count: int = 2) -> list:
+    """Wait until the kernel `kernel` has `count` rank processes; its descendants then."""
+    deadline = time.monotonic() + SOON
+    while True:
+        family = descendants(kernel)
+        if sum(p.name().startswith("ddp-rank") for p in family) >= count:
+            return family
+        assert time.monotonic() < deadline, f"no {count} ranks: {family}"
+        time.sleep(0.01)
+
+
 def _until_started(kc) -> None:
     while True:
         msg = kc.get_iopub_msg(timeout=60)
@@ -184,8 +195,7 @@ def test_interrupt_stops_every_rank_within_two_seconds_and_a_killed_kernel_leave
         kc.wait_for_ready(timeout=60)
         msg_id = kc.execute(FOREVER)
         _until_started(kc)
-        time.sleep(0.5)
-        ranks = [p for p in descendants(km.provisioner.process.pid) if "rank" in p.name()]
+        ranks = [p for p in _until_ranks(km.provisioner.process.pid) if "rank" in p.name()]
         assert sorted(p.name() for p in ranks) == ["ddp-rank-0", "ddp-rank-1"]
         t0 = time.monotonic()
         km.interrupt_kernel()
@@ -208,8 +218,7 @@ def test_interrupt_stops_every_rank_within_two_seconds_and_a_killed_kernel_leave
 
         kc.execute(FOREVER)  # and now the kernel itself dies in the middle of a launch
         _until_started(kc)
-        time.sleep(0.3)
-        family = descendants(km.provisioner.process.pid)
+        family = _until_ranks(km.provisioner.process.pid)
         assert len(family) >= 3
         km.provisioner.process.kill()  # SIGKILL: the kernel gets no chance to clean up
         gone, alive = __import__("psutil").wait_procs(family, timeout=5)
@@ -291,8 +300,7 @@ def test_sigint_to_the_kernel_and_its_children_stops_a_ddp_cell_with_every_ranks
             if msg["msg_type"] == "stream":
                 ports.update(re.findall(r"\[rank (\d)\] port (\d+)", msg["content"]["text"]))
         (port,) = {int(p) for _, p in ports}
-        time.sleep(0.3)
-        family = descendants(kernel)
+        family = _until_ranks(kernel)
         ranks = [p for p in family if p.name().startswith("ddp-rank")]
         assert sorted(p.name() for p in ranks) == ["ddp-rank-0", "ddp-rank-1"], family
         assert "ddp-zygote" in [p.name() for p in family]
