@@ -100,8 +100,10 @@ class Run:
         timeout: float | None,
         router: OutputRouter,
         policy: StopPolicy = STOP,
+        clock=time.monotonic,
     ):
         self.policy = policy
+        self.clock = clock  # every time the run reads (tests inject their own)
         self.zygote = zygote
         self.req = req
         self.id = req.id
@@ -117,7 +119,7 @@ class Run:
         # read (PROTOCOL); the rank the zygote could not fork (START_FAILED).
         self.protocol_error: str | None = None
         self.start_failure: StartFailed | None = None
-        # When things happened, or are due (time.monotonic()).
+        # When things happened, or are due (self.clock()).
         self.deadline: float | None = None  # the timeout, counted from Started
         self.stop_at: float | None = None  # after a failure: when the others get SIGTERM
         self.stop_sent_at: float | None = None
@@ -191,7 +193,7 @@ class Run:
                 self._step()
             except KeyboardInterrupt:
                 self._on_interrupt()
-            if until is not None and time.monotonic() >= until and not self.done:
+            if until is not None and self.clock() >= until and not self.done:
                 return False
         return True
 
@@ -213,7 +215,7 @@ class Run:
             self._finish()
 
     def _step(self) -> None:
-        now = time.monotonic()
+        now = self.clock()
         self._check_deadlines(now)
         if self.reason is Reason.START_FAILED:  # no rank of this run is left to wait for
             self._finish()
@@ -268,7 +270,7 @@ class Run:
             if self.phase is Phase.REQUESTED:  # not when stopped before the ranks existed
                 self._to(Phase.RUNNING)
             if self.timeout is not None:
-                self.deadline = time.monotonic() + self.timeout
+                self.deadline = self.clock() + self.timeout
         elif isinstance(msg, Exited):
             self._on_exit(msg)
         else:
@@ -279,7 +281,7 @@ class Run:
         state = self.ranks[msg.rank]
         state.status = msg.status
         state.record.exitcode = os.waitstatus_to_exitcode(msg.status)
-        state.record.exited_at = time.monotonic()
+        state.record.exited_at = self.clock()
         state.record.stopped = self.stop_sent_at is not None
 
     def _on_pipe(self, fd: int) -> None:
@@ -313,7 +315,7 @@ class Run:
     def _check_failure(self) -> None:
         if self.reason is not None:  # already stopping, for this reason or another
             return
-        now = time.monotonic()
+        now = self.clock()
         if any(
             state.failed or (state.settled(now, self.policy.drain) and not state.record.has_result)
             for state in self.ranks
@@ -348,7 +350,7 @@ class Run:
     def _dump(self) -> None:
         """Ask every live rank for its stack (faulthandler answers even inside C++)."""
         self._to(Phase.DUMPING)
-        self.dump_sent_at = time.monotonic()
+        self.dump_sent_at = self.clock()
         self._signal(signal.SIGUSR1, group=False)
 
     def _signal(self, sig: int, group: bool = True) -> None:
@@ -359,7 +361,7 @@ class Run:
 
     def _stop(self, sig: int) -> None:
         self._to(Phase.KILLED if sig == signal.SIGKILL else Phase.STOPPING)
-        self.stop_sent_at = time.monotonic()
+        self.stop_sent_at = self.clock()
         self._signal(sig)
 
     def _finish(self) -> None:
