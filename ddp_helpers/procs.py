@@ -10,6 +10,11 @@ import time
 
 from .i18n import messages
 
+# How long a process killed with SIGKILL may take to be reaped, and a pipe an orphan of it
+# holds to let go: the kernel's work, not the process's, so a few seconds are plenty.
+REAP_WAIT = 5.0
+PIPE_WAIT = 10.0
+
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NAME = 15
 _PR_SET_CHILD_SUBREAPER = 36
@@ -105,7 +110,7 @@ def kill_descendants(pid: int | None = None, include_self: bool = False) -> int:
             with contextlib.suppress(psutil.NoSuchProcess):
                 p.kill()
             killed.add(p.pid)
-        psutil.wait_procs(procs, timeout=5)
+        psutil.wait_procs(procs, timeout=REAP_WAIT)
     return len(killed)
 
 
@@ -145,7 +150,7 @@ def stop_tree(proc, grace: float = 0.0) -> None:
     if proc.poll() is None:
         kill_descendants(proc.pid, include_self=True)
     with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.communicate(timeout=10)  # a pipe still held by an orphan must not hang us
+        proc.communicate(timeout=PIPE_WAIT)  # a pipe still held by an orphan must not hang us
 
 
 def listening_sockets(pid: int | None = None) -> list[tuple[str, int]]:

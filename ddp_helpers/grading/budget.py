@@ -15,6 +15,8 @@ class TimeBudget:
     notebook: float = DEFAULT_TIMEOUT  # the notebook's run, all its cells (grade --timeout)
     kernel_start: float = 60.0  # a fresh kernel to answer: not counted in `notebook`
     probe: float = 30.0  # after a cell stopped at the limit: taking out what it defined
+    interrupt_grace: float = 5.0  # a cell interrupted at the limit: its traceback arrives
+    worker_grace: float = 15.0  # a stopped worker: killing what it started, cleaning up
     # The worker enforces the limits above and reports on them. The grader stops a worker
     # that outlived all of them by this much (a worker stuck in its own clean-up).
     slack: float = 120.0

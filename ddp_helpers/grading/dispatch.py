@@ -18,12 +18,10 @@ import time
 from .. import i18n
 from ..exercises.verdicts import CheckStatus
 from ..i18n import messages
-from ..procs import describe_exit, stop_tree, supervise, with_this_package
+from ..procs import REAP_WAIT, describe_exit, stop_tree, supervise, with_this_package
 from .budget import TimeBudget
 from .results import Event, ExerciseScore, Outcome, Row, Status, Submission
 from .sandbox import CGROUP_NAME_ENV, Confinement, cgroup_name, remove_leftover_cgroups
-
-WORKER_GRACE = 15.0  # seconds a stopped worker gets to kill what it started and clean up
 
 MESSAGES = messages(
     "grading.dispatch",
@@ -119,7 +117,7 @@ def _run_worker(
             return None, MESSAGES["worker_stuck"].format(limit=limit)
         return _outcome_of(proc, *output)
     finally:
-        stop_tree(proc, WORKER_GRACE)  # SIGTERM: the worker cleans up itself, if it can
+        stop_tree(proc, budget.worker_grace)  # SIGTERM: the worker cleans up, if it can
         _kill_remembered(seen)
         remove_leftover_cgroups(conf, cgroups)  # a worker killed from outside could not
 
@@ -184,4 +182,4 @@ def _kill_remembered(seen: dict) -> None:
                 alive.append(p)
         except psutil.Error:
             continue
-    psutil.wait_procs(alive, timeout=5)
+    psutil.wait_procs(alive, timeout=REAP_WAIT)

@@ -17,7 +17,6 @@ from ..files import append_fd, read_tail
 from ..procs import describe_exit, stop_tree, supervise
 from .folders import WorkFolders
 
-INTERRUPT_GRACE = 5.0  # after the limit: time for the interrupt's traceback to arrive
 # What the grader takes of a kernel (whose every byte the notebook controls), at most:
 MAX_MESSAGE = 16 << 20  # bytes of one part of one message (a print, an error)
 RECONNECT_MS = 1000  # ZeroMQ's wait before it reconnects (the grader checks every 0.1 s)
@@ -253,13 +252,14 @@ class Kernel:
                     return p.pid
         return self.proc.pid
 
-    def interrupt(self, msg_id: str) -> dict | None:
-        """Send SIGINT; the error it produced (the KeyboardInterrupt traceback) if any."""
+    def interrupt(self, msg_id: str, grace: float) -> dict | None:
+        """Send SIGINT; the error it produced (the KeyboardInterrupt traceback) if any,
+        waiting `grace` seconds for it (TimeBudget.interrupt_grace)."""
         with contextlib.suppress(ProcessLookupError):
             os.kill(self._kernel_pid(), signal.SIGINT)
         errors: list[dict] = []
         try:
-            self._wait_idle(msg_id, time.monotonic() + INTERRUPT_GRACE, errors)
+            self._wait_idle(msg_id, time.monotonic() + grace, errors)
         except (TimeoutError, KernelDied):
             return errors[0] if errors else None
         return errors[0] if errors else {}

@@ -138,7 +138,7 @@ def _run_cell(
     try:
         error = kernel.execute(source, deadline)
     except TimeoutError as exc:
-        error = kernel.interrupt(exc.args[0])
+        error = kernel.interrupt(exc.args[0], budget.interrupt_grace)
         text = MESSAGES["timeout"].format(limit=budget.notebook, **where)
         if error is not None:  # the kernel came back: what it defined still counts
             with contextlib.suppress(TimeoutError, KernelDied, OutputTooBig, Tampered):

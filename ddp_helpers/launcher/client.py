@@ -9,7 +9,7 @@ import sys
 import threading
 
 from ..i18n import messages
-from ..procs import nproc_limit, with_this_package
+from ..procs import REAP_WAIT, nproc_limit, with_this_package
 from . import torch_compat, wire
 from .failures import DistributedError, nproc_limit_text
 from .plan import zygote_environment
@@ -113,7 +113,7 @@ class ZygoteClient:
             self.sock.close()
         finally:
             try:
-                self.proc.wait(timeout=5)
+                self.proc.wait(timeout=REAP_WAIT)  # its socket closed, it exits
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
