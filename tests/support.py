@@ -50,3 +50,10 @@ def extra_case_lines() -> set[str]:
         for line in inspect.getsource(ex._hidden).splitlines()[1:]
         if len(line.strip()) > 20 and not line.strip().startswith(("#", '"""', "raise Wrong"))
     }
+
+
+def logged_losses(log: str) -> list[float]:
+    """Each epoch's loss as the exported script's rank 0 logs it ("epoch 2: loss 0.445761
+    over 96 examples")."""
+    lines = [x for x in log.splitlines() if x.startswith("epoch ")]
+    return [float(x.split("loss ")[1].split()[0]) for x in lines]

@@ -24,7 +24,7 @@ import yaml
 
 from ddp_helpers.authoring.export import export
 from ddp_helpers.exercises import capstone
-from support import ROOT
+from support import ROOT, logged_losses
 
 SOLUTION = ROOT / "solutions" / "04_sampler_and_checkpoint.ipynb"
 EPOCHS = 2
@@ -70,14 +70,6 @@ def _pods(folder, command, envs, timeout=240):
     return outs
 
 
-def _epochs(stdout: str) -> list[float]:
-    return [
-        float(line.split("loss ")[1].split()[0])
-        for line in stdout.splitlines()
-        if line.startswith("epoch ")
-    ]
-
-
 def test_a_pytorchjob_of_one_process_per_pod_trains_as_one_process(exported):
     folder, _ = exported
     port = str(_free_port())
@@ -91,7 +83,7 @@ def test_a_pytorchjob_of_one_process_per_pod_trains_as_one_process(exported):
         "2 ranks, started by a pod of a PyTorchJob (RANK, WORLD_SIZE; one process per pod)"
     )
     assert worker == ""  # rank 0 alone logs
-    logged = _epochs(master)
+    logged = logged_losses(master)
     assert len(logged) == EPOCHS
     want = capstone.one_process_losses(EPOCHS)
     assert max(abs(a - b) for a, b in zip(logged, want, strict=True)) < 1e-6
@@ -131,7 +123,7 @@ def test_with_nproc_per_node_torchrun_counts_processes_not_pods(exported):
     (first, _), (second, _) = _pods(folder, command, pods)
     assert first.splitlines()[0] == "4 ranks, started by torchrun", first
     assert "started by" not in second
-    logged = _epochs(first)
+    logged = logged_losses(first)
     assert [
         line.endswith("over 96 examples")
         for line in first.splitlines()

@@ -13,7 +13,7 @@ from cluster.slurm import POLL, Cluster
 
 from ddp_helpers.authoring.export import export
 from ddp_helpers.exercises import capstone
-from support import ROOT
+from support import ROOT, logged_losses
 
 SOLUTION = ROOT / "solutions" / "04_sampler_and_checkpoint.ipynb"
 EPOCHS = 4  # train.py's default
@@ -50,12 +50,6 @@ def _log(folder, job: str) -> str:
     return path.read_text(errors="replace") if path.exists() else ""
 
 
-def _losses(log: str) -> list[float]:
-    return [
-        float(x.split("loss ")[1].split()[0]) for x in log.splitlines() if x.startswith("epoch ")
-    ]
-
-
 def _weights_apart(path, epochs: int) -> float:
     saved = torch.load(path, map_location="cpu", weights_only=True)["model"]
     want = capstone.one_process_weights(epochs)
@@ -85,7 +79,7 @@ def test_the_exported_job_runs_on_two_nodes_as_one_process_would(
     assert state == "COMPLETED", log + c.logs()
     assert f"2 nodes, rendezvous on n1 (127.0.0.1:{20000 + int(job) % 20000}), {launch}" in log
     assert started_by in log, log
-    losses = _losses(log)
+    losses = logged_losses(log)
     assert len(losses) == EPOCHS, log
     want = capstone.one_process_losses(EPOCHS)
     assert max(abs(a - b) for a, b in zip(losses, want, strict=True)) < 1e-6, (losses, want)
@@ -107,7 +101,7 @@ def test_a_job_cancelled_mid_run_resumes_from_its_snapshot_when_submitted_again(
     c.cancel(first)
     assert c.wait(first, 60) == "CANCELLED"
     first_two = pytest.approx(capstone.one_process_losses(2), abs=1e-6)
-    assert _losses(_log(job_folder, first))[:2] == first_two
+    assert logged_losses(_log(job_folder, first))[:2] == first_two
     second = _submit(c, job_folder, snapshot)
     assert c.wait(second, JOB) == "COMPLETED", _log(job_folder, second)
     log = _log(job_folder, second)

@@ -141,9 +141,10 @@ def test_a_killed_rank_that_never_reports_means_a_wedged_zygote_and_the_run_ends
 def test_every_rank_exited_ends_the_run_once_their_output_is_in(started):
     run, zygote, clock = started
     for rank in (0, 1):
+        run.ranks[rank].record.result = b"returned"  # as its control pipe would have said
         zygote.tell(Exited("r1", rank, 0))
     # Their pipes' write ends were the fake fork's: closed, so every pipe reads its end.
     deadline = 100.0 + STOP.output_after_exit + STOP.drain
     while not run.done and clock.now <= deadline:
         _at(run, clock, clock.now + 0.1)
-    assert run.done and zygote.signals() == []
+    assert run.done and zygote.signals() == [] and run.reason is None  # no stop: it ended
