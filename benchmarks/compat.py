@@ -44,11 +44,13 @@ sys.path.insert(0, str(ROOT))
 
 # What a hosted kernel already holds and must keep: the install may add, never change these.
 KERNEL = ("torch", "ipykernel", "ipython", "jupyter-client", "jupyter-core", "pyzmq", "tornado")
-FAULT_TESTS = (  # copied into one folder, where they import conftest as in tests/
+FAULT_TESTS = (  # copied into one folder, where they import support as in tests/
     "conftest.py",
+    "support.py",
     "launcher/test_faults.py",
     "launcher/test_failures.py",
-    "launcher/test_torch_compat.py",
+    "test_torch_compat.py",
+    "exercises/test_load_device_text.py",
 )
 # The claims suite (tests/claims): what the lessons say of torch, shown on this torch.
 CLAIMS_TESTS = tuple(

@@ -1,14 +1,13 @@
 """gloo's teardown deadlock (torch 2.13), reproduced without the launcher's fix and not with it.
 
 `make teardown-soak` (or `.venv/bin/python benchmarks/gloo_teardown.py --runs 200`). Each
-run launches 2 ranks that train a DDP model a few steps, destroy the process group and
-free the model: the moment a gloo group is freed while gloo's worker still holds a
-finished work that needs the GIL (see `keep_groups_until_exit` in
-ddp_helpers/launcher/torch_compat.py). A run that has not returned within `--limit`
-seconds hung. Busy loops load the cores, as the deadlock needs: it shows under load. The
-two settings alternate in blocks, each with its own launcher helper: the fix turned off
-(`DDP_HELPERS_DISABLE=keep_groups`) and on. Fisher's exact test says whether the
-difference could be chance. Only loopback addresses are used.
+run launches 2 ranks that train a DDP model a few steps, destroy the process group and free
+the model: the moment a gloo group is freed while gloo's worker still holds a finished work
+that needs the GIL (see `KeepGroups` in ddp_helpers/torch_compat.py). A run that has not
+returned within `--limit` seconds hung. Busy loops load the cores, as the deadlock needs: it
+shows under load. The two settings alternate in blocks, each with its own launcher helper:
+the fix turned off (`DDP_HELPERS_DISABLE=keep_groups`) and on. Fisher's exact test says
+whether the difference could be chance. Only loopback addresses are used.
 """
 
 from __future__ import annotations

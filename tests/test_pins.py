@@ -16,7 +16,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from ddp_helpers.launcher.torch_compat import KNOWN_GOOD
+from ddp_helpers.torch_compat import KNOWN_GOOD
 from support import ROOT
 
 LOCK = ROOT / "constraints.txt"

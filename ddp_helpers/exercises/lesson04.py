@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import sys
 
 from .. import i18n
 from ..i18n import messages
-from ..launcher.torch_compat import is_missing_device
+from ..torch_compat import Reason, Touchpoint, check, warnings
 from ._core import (
     Exercise,
     Mistake,
@@ -310,6 +312,14 @@ MESSAGES = messages(
             "tensors back there and failed on rank {rank}: {error}"
         ),
         "load_map.title": "torch.load without map_location",
+        # The touchpoint 4.6's check relies on (LoadDeviceText): what it is, what is lost.
+        "load_device_text.what": (
+            "torch.load's error text for a device this machine lacks ('deserialize object on')"
+        ),
+        "load_device_text.lost": (
+            "the load check shows torch's own error, not its hint, for a checkpoint loaded "
+            "without map_location"
+        ),
         "load_weights": "After loading, the weights on rank {rank} differ from the checkpoint's.",
         "load_weights.title": "the weights not restored",
         "load_optimizer": (
@@ -944,6 +954,60 @@ def _check_save(fn) -> Phrase:
     return Phrase("save_ok")
 
 
+class LoadDeviceText(Touchpoint):
+    """4.6's check tells a checkpoint loaded without map_location (its tensors saved on a
+    GPU this machine lacks) from the answer's other errors by torch.load's text: "Attempting
+    to deserialize object on a CUDA device but ...". Without it the check shows torch's own
+    error, not its hint."""
+
+    name = "load_device_text"
+    texts = MESSAGES
+    MISSING_DEVICE = "deserialize object on"
+
+    def matches(self, exc: BaseException) -> bool:
+        """True for torch.load's error on a tensor saved on a device this machine lacks."""
+        return isinstance(exc, RuntimeError) and self.MISSING_DEVICE in str(exc)
+
+    def check(self) -> Reason | None:
+        """Load a saved tensor onto cuda:99 with torch told there is no CUDA, then no such GPU.
+
+        Those are the two errors a checkpoint saved on a GPU gets where that GPU is missing
+        (a machine without CUDA, or with fewer GPUs). torch is told, not asked: asking the
+        CUDA driver here would keep every rank forked from this process from using CUDA.
+        """
+        import io
+
+        import torch
+
+        saved = io.BytesIO()
+        torch.save(torch.zeros(1), saved)
+        cuda = torch.cuda
+        real = cuda.is_available, cuda.device_count
+        try:
+            for available in (False, True):
+                cuda.is_available, cuda.device_count = (lambda a=available: a), (lambda: 0)
+                saved.seek(0)
+                try:
+                    torch.load(saved, map_location="cuda:99")
+                except Exception as exc:  # noqa: BLE001 - whatever it raises is what is checked
+                    if not self.matches(exc):
+                        return Reason.of("other_text", said=f"{type(exc).__name__}: {exc}")
+                else:
+                    return Reason.of("no_error")
+        finally:
+            cuda.is_available, cuda.device_count = real
+        return None
+
+    @functools.cache  # noqa: B019 - one object, checked once per process
+    def warn_once(self) -> None:
+        """Say, once, before 4.6's first check, if torch's text is not what it relies on."""
+        for line in warnings(check([self]), [self]):
+            print(line, file=sys.stderr, flush=True)
+
+
+LOAD_DEVICE_TEXT = LoadDeviceText()
+
+
 def _saved_from_a_missing_gpu():
     """From here on, torch.save records every tensor as saved from cuda:99.
 
@@ -974,7 +1038,7 @@ def _load_harness(load_checkpoint, folder, epoch):
         try:
             resume = load_checkpoint(fresh, fresh_opt, path)
         except Exception as exc:
-            if not is_missing_device(exc):
+            if not LOAD_DEVICE_TEXT.matches(exc):
                 raise
             return {"map_error": str(exc).split(". ")[0] + "."}
         same_weights = all(torch.equal(saved[k], v) for k, v in fresh.module.state_dict().items())
@@ -999,6 +1063,7 @@ def _as_int(value):
 
 
 def _check_load(fn) -> Phrase:
+    LOAD_DEVICE_TEXT.warn_once()
     for saved in (4, 0):  # two checkpoints: a resume hard-coded to 5 is caught
         with rank_folders(2, "ddp-ckpt-check-") as folder:
             results = run_on_ranks(_load_harness, fn, folder, saved, nprocs=2)

@@ -258,7 +258,7 @@ def _pins(root: Path) -> tuple[str, str, str, str]:
 def _torch_installed() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
-    from ..launcher.torch_compat import KNOWN_GOOD
+    from ..torch_compat import KNOWN_GOOD
     from ..versions import release
 
     try:

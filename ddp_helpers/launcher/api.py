@@ -11,8 +11,9 @@ import threading
 import time
 import weakref
 
+from .. import torch_compat
 from ..i18n import messages
-from . import client, torch_compat
+from . import client
 from .failures import DistributedError, exit_quirks, interrupt_report, run_error
 from .output import OutputRouter
 from .plan import MASTER_ADDR, Options, place, rank_environments, shared_environment

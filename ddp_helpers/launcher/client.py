@@ -8,9 +8,10 @@ import subprocess
 import sys
 import threading
 
+from .. import torch_compat
 from ..i18n import messages
 from ..procs import REAP_WAIT, nproc_limit, with_this_package
-from . import torch_compat, wire
+from . import wire
 from .failures import DistributedError, nproc_limit_text
 from .plan import zygote_environment
 from .protocol import Broken, ProtocolError, Ready, WarmUp, expect

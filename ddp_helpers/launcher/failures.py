@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from .. import i18n
 from ..i18n import messages
 from ..procs import signal_name
+from ..torch_compat import C10D_FRAME, PEER_GONE
 from .protocol import RankError, StartFailed
-from .torch_compat import C10D_FRAME, PEER_GONE
 
 # Learner-facing text of this module, in one place so that it can be translated.
 MESSAGES = messages(

@@ -6,7 +6,7 @@ import codecs
 import sys
 import time
 
-from .torch_compat import is_noise
+from ..torch_compat import is_noise
 
 STREAMS = ("stdout", "stderr")
 

@@ -58,6 +58,9 @@ def _protocol_classes() -> dict[tuple[str, str], type]:
         if isinstance(cls, type) and is_dataclass(cls) and cls.__module__ == protocol.__name__
     }
     found[("signal", "Signals")] = signal.Signals  # Signal.signal, as signal.SIGTERM is one
+    from ..torch_compat import Reason
+
+    found[(Reason.__module__, Reason.__name__)] = Reason  # Ready.compat: why a check failed
     return found
 
 

@@ -19,6 +19,7 @@ import typing
 from dataclasses import dataclass, fields, is_dataclass
 
 from ..i18n import messages
+from ..torch_compat import Reason
 
 MESSAGES = messages(
     "launcher.protocol",
@@ -69,7 +70,7 @@ class LaunchRequest:
     sources: dict[str, list[str]]  # the notebook's cells, for the ranks' tracebacks
     master_port: int  # the port of the listening socket rank 0 is given
     zygote_pid: int  # a rank dies with this process
-    compat: dict[str, str | None]  # the zygote's torch self-checks (torch_compat.check)
+    compat: dict[str, Reason | None]  # the zygote's torch self-checks (torch_compat.check)
     daemon: bool = False  # spawn(daemon=True): ranks are daemonic, as multiprocessing's
 
 
@@ -95,7 +96,7 @@ class Ready:
     """The zygote's hello: torch imported, GPUs counted, torch's internals checked."""
 
     gpus: int
-    compat: dict[str, str | None]
+    compat: dict[str, Reason | None]
 
 
 @dataclass(frozen=True)

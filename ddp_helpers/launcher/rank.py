@@ -12,9 +12,9 @@ import time
 import traceback
 import types
 
+from .. import torch_compat
 from ..i18n import messages
 from ..procs import die_with_parent, set_process_name
-from . import torch_compat
 from .pickling import dumps
 from .protocol import (
     RELEASE,
@@ -85,7 +85,8 @@ def _setup_process(req: LaunchRequest, rank: int, fds: tuple[int, ...]) -> tuple
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True, chain=False)
     _take_the_kernels_place(req, rank)
     torch_compat.prepare_rank(
-        req.compat, store_fd[0] if store_fd else None, req.master_port, req.nprocs
+        req.compat,
+        torch_compat.RankSetup(store_fd[0] if store_fd else None, req.master_port, req.nprocs),
     )
     main = types.ModuleType("__main__")
     main.__dict__["__builtins__"] = __builtins__

@@ -17,6 +17,7 @@ import socket
 import sys
 import time
 
+from .. import torch_compat
 from ..procs import (
     die_with_parent,
     lead_group,
@@ -25,7 +26,7 @@ from ..procs import (
     set_process_name,
     signal_group,
 )
-from . import torch_compat, wire
+from . import wire
 from .protocol import (
     RELEASE,
     WARM,

@@ -6,8 +6,8 @@ import importlib
 
 import pytest
 
-from ddp_helpers import launch
-from ddp_helpers.launcher import client, torch_compat
+from ddp_helpers import launch, torch_compat
+from ddp_helpers.launcher import client
 
 
 def test_every_touchpoint_is_usable_with_the_pinned_torch():
@@ -15,7 +15,7 @@ def test_every_touchpoint_is_usable_with_the_pinned_torch():
     from ddp_helpers.versions import torch_release
 
     assert torch_release() in torch_compat.KNOWN_GOOD
-    assert torch_compat.check() == dict.fromkeys(torch_compat.TOUCHPOINTS)
+    assert torch_compat.check() == {p.name: None for p in torch_compat.TOUCHPOINTS}
     assert torch_compat.warnings(torch_compat.check()) == []
 
 
@@ -23,44 +23,51 @@ def test_a_missing_internal_fails_its_self_check_and_says_what_is_lost(monkeypat
     rendezvous = importlib.import_module("torch.distributed.rendezvous")
     monkeypatch.delattr(rendezvous, "_create_c10d_store")
     results = torch_compat.check()
-    assert "has no such thing" in results["rendezvous_store"]
+    assert results["rendezvous_store"] == torch_compat.Reason.of("missing")
     (line,) = torch_compat.warnings(results)
     assert line.startswith("[ddp_helpers] warning: torch.distributed.rendezvous._create_c10d_store")
-    assert "it listens on every interface" in line
+    assert "has no such thing" in line and "it listens on every interface" in line
 
 
 def test_a_changed_signature_fails_its_self_check(monkeypatch):
     rendezvous = importlib.import_module("torch.distributed.rendezvous")
     monkeypatch.setattr(rendezvous, "_create_c10d_store", lambda host, port, timeout: None)
-    assert "its arguments are (host, port, timeout)" in torch_compat.check()["rendezvous_store"]
+    why = torch_compat.check()["rendezvous_store"]
+    assert why.kind == "signature" and why.get("found") == "host, port, timeout"
+
+
+def test_a_store_that_cannot_take_a_socket_fails_the_rendezvous_self_check(monkeypatch):
+    import torch.distributed
+
+    class OlderStore:
+        def __init__(self, host_name, port):
+            """TCPStore(host_name, port): no socket to take over."""
+
+    monkeypatch.setattr(torch.distributed, "TCPStore", OlderStore)
+    assert torch_compat.check()["rendezvous_store"] == torch_compat.Reason.of("missing")
 
 
 def test_an_untested_torch_release_is_named(monkeypatch):
     import torch
 
     monkeypatch.setattr(torch, "__version__", "9.9.0")
-    assert "torch 9.9.0 is not among the releases" in torch_compat.check()["peer_text"]
+    why = torch_compat.check()["peer_text"]
+    assert why.kind == "untested" and "torch 9.9.0 is not among the releases" in str(why)
 
 
-def test_torch_load_saying_something_else_for_a_missing_gpu_fails_its_self_check(monkeypatch):
-    import torch.serialization
+def test_collectives_that_moved_out_of_distributed_c10d_fail_the_peer_text_check(monkeypatch):
+    import inspect
 
-    def worded_otherwise(location, backend_name):
-        raise RuntimeError(f"no {backend_name} device {location} here")
-
-    monkeypatch.setattr(torch.serialization, "_validate_device", worded_otherwise)
-    results = torch_compat.check()
-    assert "says: RuntimeError: no cuda device cuda:99 here" in results["load_device_text"]
-    (line,) = torch_compat.warnings(results)
-    assert "lesson 04's load check shows torch's own error" in line
+    monkeypatch.setattr(inspect, "getsourcefile", lambda obj: "/torch/distributed/collectives.py")
+    assert torch_compat.check()["peer_text"] == torch_compat.Reason.of(
+        "other_text", said="collectives.py"
+    )
 
 
-def test_the_missing_gpu_self_check_leaves_torch_cuda_as_it_was():
-    import torch
-
-    before = torch.cuda.is_available, torch.cuda.device_count
-    assert torch_compat.check()["load_device_text"] is None
-    assert (torch.cuda.is_available, torch.cuda.device_count) == before
+def test_a_self_check_that_raises_is_a_failed_check_named_by_its_error(monkeypatch):
+    monkeypatch.setattr(torch_compat.DebugLevel, "check", lambda self: 1 / 0)
+    why = torch_compat.check()["debug_level"]
+    assert why.kind == "broken" and why.get("error") == "ZeroDivisionError: division by zero"
 
 
 def destroy_after_ddp_and_report_what_is_kept():
@@ -68,7 +75,7 @@ def destroy_after_ddp_and_report_what_is_kept():
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from ddp_helpers.launcher import torch_compat
+    from ddp_helpers import torch_compat
 
     dist.init_process_group("gloo")
     world = dist.group.WORLD
@@ -99,18 +106,20 @@ def test_keeping_the_groups_is_off_when_its_touchpoint_is(monkeypatch):
     assert dist.destroy_process_group is destroy  # the self-check changes nothing
     monkeypatch.setenv("DDP_HELPERS_DISABLE", "keep_groups")
     results = torch_compat.check()
-    assert results["keep_groups"] == torch_compat.MESSAGES["disabled"]
+    off = torch_compat.Reason.of("disabled")
+    assert results["keep_groups"] == off
     # The others off too, so that nothing is applied to this very process.
-    results = {name: why or torch_compat.MESSAGES["disabled"] for name, why in results.items()}
-    monkeypatch.setattr(torch_compat, "keep_groups_until_exit", lambda: 1 / 0)
-    torch_compat.prepare_rank(results, None, 0, 1)  # not applied: no ZeroDivisionError
+    results = {name: why or off for name, why in results.items()}
+    monkeypatch.setattr(torch_compat.KeepGroups, "apply", lambda self, rank: 1 / 0)
+    rank = torch_compat.RankSetup(None, 0, 1)
+    torch_compat.prepare_rank(results, rank)  # not applied: no ZeroDivisionError
 
 
 def test_a_torch_without_the_group_registry_fails_the_self_check(monkeypatch):
     from torch.distributed import distributed_c10d as c10d
 
     monkeypatch.setattr(c10d, "_world", object())  # a torch that keeps its groups elsewhere
-    assert "has no such thing" in torch_compat.check()["keep_groups"]
+    assert torch_compat.check()["keep_groups"] == torch_compat.Reason.of("missing")
 
 
 def test_the_debug_level_is_checked_by_reading_it_back_and_then_restored(monkeypatch):
@@ -123,13 +132,13 @@ def test_the_debug_level_is_checked_by_reading_it_back_and_then_restored(monkeyp
     assert torch_compat.check()["debug_level"] is None
     assert dist.get_debug_level() == level and "TORCH_DISTRIBUTED_DEBUG" not in os.environ
     monkeypatch.setattr(dist, "set_debug_level_from_env", lambda: None)  # reads nothing
-    assert "it changes nothing" in torch_compat.check()["debug_level"]
+    assert torch_compat.check()["debug_level"] == torch_compat.Reason.of("no_effect")
 
 
 def test_the_zygote_warms_up_torch_dynamo_unless_its_touchpoint_is_off():
     results = torch_compat.check()
     assert "torch._dynamo" in torch_compat.warm_modules(results)
-    results["dynamo_preload"] = torch_compat.MESSAGES["disabled"]
+    results["dynamo_preload"] = torch_compat.Reason.of("disabled")
     assert torch_compat.warm_modules(results) == ()
 
 
@@ -157,11 +166,11 @@ def fresh_zygote(monkeypatch):
 def test_with_the_rendezvous_touchpoints_off_the_fallback_launches_and_warns_once(
     monkeypatch, capfd
 ):
-    monkeypatch.setenv("DDP_HELPERS_DISABLE", "rendezvous_store,listen_fd,dynamo_preload")
+    monkeypatch.setenv("DDP_HELPERS_DISABLE", "rendezvous_store,dynamo_preload")
     results = launch(all_reduce_on_the_default_store, nprocs=2)
     assert [total for total, _ in results] == [2.0, 2.0]
     err = capfd.readouterr().err
-    assert err.count("[ddp_helpers] warning:") == 3
+    assert err.count("[ddp_helpers] warning:") == 2
     assert "switched off by DDP_HELPERS_DISABLE" in err and "every interface" in err
     assert list(launch(lambda: "again", nprocs=2)) == ["again", "again"]
     assert "warning" not in capfd.readouterr().err  # said once per helper process
