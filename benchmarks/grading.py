@@ -42,8 +42,8 @@ def main() -> int:
 
     from ddp_helpers import grading
     from ddp_helpers.grading.budget import TimeBudget
-    from ddp_helpers.grading.dispatch import grade_one
-    from ddp_helpers.grading.sandbox import choose
+    from ddp_helpers.grading.confinement.sandbox import choose
+    from ddp_helpers.grading.orchestration.dispatch import grade_one
 
     plain, boxed = choose(False, None, None), choose(True, None, None)  # --no-sandbox, --sandbox
     solutions = sorted((ROOT / "solutions").glob("0*.ipynb"))

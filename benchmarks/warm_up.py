@@ -49,7 +49,7 @@ def _warmed_copy(path: Path, folder: Path) -> Path:
 
 def _graded(sub, confinement) -> tuple[float, float, str]:
     from ddp_helpers.grading.budget import TimeBudget
-    from ddp_helpers.grading.dispatch import grade_one
+    from ddp_helpers.grading.orchestration.dispatch import grade_one
 
     cpu, started = _children_cpu(), time.monotonic()
     row = grade_one(sub, TimeBudget(), confinement=confinement)
@@ -93,7 +93,7 @@ def main() -> int:
     args = parser.parse_args()
 
     from ddp_helpers import grading
-    from ddp_helpers.grading.sandbox import choose
+    from ddp_helpers.grading.confinement.sandbox import choose
 
     plain = choose(False, None, None)  # --no-sandbox: the sandbox's cost is another benchmark
     print(f"medians of {args.repeats} runs; 'warmed': expect_ddp() called first")

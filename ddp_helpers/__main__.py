@@ -21,7 +21,7 @@ def _positive(text: str) -> float:
 
 
 def _size(text: str) -> int:
-    from .grading.sandbox import parse_size
+    from .grading.confinement.sandbox import parse_size
 
     try:
         return parse_size(text)
@@ -30,7 +30,7 @@ def _size(text: str) -> int:
 
 
 def _disk(text: str) -> int:
-    from .grading.sandbox import parse_disk
+    from .grading.confinement.sandbox import parse_disk
 
     try:
         return parse_disk(text)
@@ -39,7 +39,7 @@ def _disk(text: str) -> int:
 
 
 def _env_name(text: str) -> str:
-    from .grading.sandbox import env_name
+    from .grading.confinement.sandbox import env_name
 
     try:
         return env_name(text)
@@ -48,7 +48,7 @@ def _env_name(text: str) -> str:
 
 
 def _pattern(text: str):
-    from .grading.submissions import student_pattern
+    from .grading.orchestration.submissions import student_pattern
 
     try:
         return student_pattern(text)
@@ -257,7 +257,7 @@ def _add_confinement(box) -> None:
 
 def _grade(args, parser) -> int:
     from .grading import GradeOptions, GradingError, TimeBudget, run_batch
-    from .grading.sandbox import SandboxError
+    from .grading.confinement.sandbox import SandboxError
 
     if args.jobs < 1:
         parser.error("--jobs must be 1 or more")
@@ -342,7 +342,8 @@ def _fill_autograder(autograder) -> None:
 
 
 def _autograder(args, parser) -> int:
-    from .grading.autograder import AutograderError, build_autograder
+    from .grading.gradescope.config import AutograderError
+    from .grading.gradescope.generate import build_autograder
 
     try:
         print(build_autograder(args.lesson, args.out, args.timeout, args.hidden_visibility))
@@ -367,7 +368,7 @@ def _fill_merge(merge) -> None:
 
 
 def _merge(args, parser) -> int:
-    from .grading.gradebook import MergeError, merge
+    from .grading.outputs.gradebook import MergeError, merge
 
     try:
         merge(args.grades, args.into, args.key, args.column, args.out, args.lesson, sys.stderr)

@@ -14,3 +14,28 @@ def torch_release() -> str:
     import torch
 
     return release(torch.__version__)
+
+
+def requirement_lines(text: str) -> list[str]:
+    """The requirements of a requirements or constraints file (pip-compile's too): each as
+    written, without comments, hashes, continuations or pip's options (-c, --index-url)."""
+    found = []
+    for line in text.replace("\\\n", " ").splitlines():
+        line = line.split(" #")[0].split(" --")[0].strip()
+        if line and not line.startswith(("#", "-")):
+            found.append(line)
+    return found
+
+
+def locked(text: str) -> dict[str, str]:
+    """A lock file's `name==version` pins: canonical name -> version, as written (a local
+    label kept). A line that is not such a pin is a ValueError naming it."""
+    import re
+
+    pins = {}
+    for line in requirement_lines(text):
+        match = re.fullmatch(r"([A-Za-z0-9_.\-]+)\s*==\s*([^\s;]+)(\s*;.*)?", line)
+        if match is None:
+            raise ValueError(f"not a plain `name==version` pin: {line!r}")
+        pins[re.sub(r"[-_.]+", "-", match.group(1)).lower()] = match.group(2)
+    return pins

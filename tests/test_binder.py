@@ -32,6 +32,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from ddp_helpers import versions
 from support import ROOT
 
 BINDER = ROOT / ".binder"
@@ -54,13 +55,7 @@ def _requirements() -> tuple[list[str], dict[str, Requirement]]:
 
 def _locked() -> dict[str, str]:
     """constraints.txt: the exact version of each package behind the stored outputs."""
-    pins = {}
-    for line in (ROOT / "constraints.txt").read_text().splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line:
-            name, _, version = line.partition("==")
-            pins[canonicalize_name(name)] = version.strip()
-    return pins
+    return versions.locked((ROOT / "constraints.txt").read_text())
 
 
 def _pinned(req: Requirement) -> str:

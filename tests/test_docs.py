@@ -191,7 +191,7 @@ def test_no_function_of_the_package_is_longer_than_60_lines():
 def test_every_variable_of_the_package_is_documented_and_none_is_a_test_hook():
     # The grader passes DDP_HELPERS_* on to submissions (sandbox.PASSED_PREFIXES): a test
     # hook read from the environment would reach them, so tests set hooks as parameters.
-    from ddp_helpers.grading.sandbox import GRADER_ONLY
+    from ddp_helpers.grading.confinement.sandbox import GRADER_ONLY
 
     source = "\n".join(p.read_text() for p in (ROOT / "ddp_helpers").rglob("*.py"))
     named = set(re.findall(r"\b(DDP_HELPERS_[A-Z_]+)\b", source))

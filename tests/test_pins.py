@@ -16,6 +16,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from ddp_helpers import versions
 from ddp_helpers.torch_compat import KNOWN_GOOD
 from support import ROOT
 
@@ -36,15 +37,7 @@ def _requirements() -> list[Requirement]:
 
 
 def _lock() -> dict[str, str]:
-    pins = {}
-    for line in LOCK.read_text().splitlines():
-        line = line.split("#", 1)[0].strip()
-        if not line:
-            continue
-        m = re.fullmatch(r"([A-Za-z0-9_.\-]+)==([^\s;+]+)", line)
-        assert m, f"constraints.txt: not a plain `name==version` pin: {line!r}"
-        pins[canonicalize_name(m.group(1))] = m.group(2)
-    return pins
+    return versions.locked(LOCK.read_text())  # a line that is no plain pin: ValueError
 
 
 def _installed_locked():
@@ -114,7 +107,8 @@ def test_the_torch_range_is_the_one_make_compat_proved():
 def test_the_lock_names_no_build_of_one_index_and_no_path_of_one_machine():
     text = LOCK.read_text()
     assert "file://" not in text and " @ " not in text and "/work/" not in text
-    assert not re.search(r"^\S+==\S+\+", text, re.M), "a local label such as +cpu: make lock"
+    labelled = [v for v in _lock().values() if versions.release(v) != v]
+    assert not labelled, f"a local label such as +cpu: make lock ({labelled})"
 
 
 def test_environment_yml_installs_what_make_installs():

@@ -1,10 +1,12 @@
 """Instructors' grading: `python -m ddp_helpers grade PATH... --out grades.csv` (any lesson).
 
-Each submission is graded by a worker process of its own (worker.py), which the grader
-starts and supervises (dispatch.py): a fresh kernel runs the notebook under a wall-clock
-limit (kernel.py), and separate scorer processes check the answers with the grader's own
-copy of the checks (scorer.py). The batch (batch.py) runs the workers N at a time and
-hands each row to its outputs (outputs.py: the CSV, feedback, Gradescope, class report).
+Each submission is graded by a worker process of its own (worker/process.py), which the
+grader starts and supervises (orchestration/dispatch.py): a fresh kernel runs the notebook
+under a wall-clock limit (worker/kernel.py), and separate scorer processes check the
+answers with the grader's own copy of the checks (worker/scorer.py), inside the limits of
+confinement/. The batch (orchestration/batch.py) runs the workers N at a time and hands
+each row to its outputs (outputs/writers.py: the CSV, feedback, Gradescope's results.json,
+class report). gradescope/ also builds Gradescope's own autograder.
 """
 
 from ..lazy import lazy_getattr
@@ -14,19 +16,19 @@ from ..lazy import lazy_getattr
 _LAZY = {
     "run_batch": "api",
     "DEFAULT_TIMEOUT": "defaults",
-    "Batch": "batch",
-    "GradeOptions": "batch",
+    "Batch": "orchestration.batch",
+    "GradeOptions": "orchestration.batch",
     "TimeBudget": "budget",
-    "grade": "batch",
+    "grade": "orchestration.batch",
     "Event": "results",
     "ExerciseScore": "results",
     "Outcome": "results",
     "Row": "results",
     "Status": "results",
     "Submission": "results",
-    "GradingError": "submissions",
-    "find_submissions": "submissions",
-    "lesson_of": "submissions",
+    "GradingError": "orchestration.submissions",
+    "find_submissions": "orchestration.submissions",
+    "lesson_of": "orchestration.submissions",
 }
 
 __getattr__ = lazy_getattr(__name__, _LAZY)

@@ -14,7 +14,7 @@ import dataclasses
 import signal
 import sys
 
-from .batch import GradeOptions, grade
+from .orchestration.batch import GradeOptions, grade
 from .results import Row
 
 
@@ -40,7 +40,7 @@ def run_batch(paths, options: GradeOptions, *, notes=None) -> list[Row]:
     written, and KeyboardInterrupt when stopped (Ctrl-C, SIGTERM, SIGHUP), each with no
     process left."""
     from ..procs import become_subreaper, kill_descendants
-    from .sandbox import SandboxError, choose, fallback_note
+    from .confinement.sandbox import SandboxError, choose, fallback_note
 
     confinement = options.confinement
     if confinement is None:

@@ -33,7 +33,9 @@ from fixtures.submissions import (
     short,
 )
 
-from ddp_helpers.grading import autograder
+from ddp_helpers.grading.gradescope import config as autograder_config
+from ddp_helpers.grading.gradescope import generate
+from ddp_helpers.grading.gradescope import run as run_step
 from support import ROOT, extra_case_lines, processes_under
 
 SCHEMA = json.loads((ROOT / "tests" / "fixtures" / "gradescope_results.schema.json").read_text())
@@ -188,7 +190,7 @@ def test_the_zip_holds_gradescopes_two_scripts_and_the_course_as_a_wheel(lesson0
     config = json.loads((gs.root / "source" / "autograder.json").read_text())
     assert (config["lesson"], config["timeout"]) == ("04", 120.0)
     setup = (gs.root / "source" / "setup.sh").read_text()
-    assert f"torch=={config['torch']}" in setup and autograder.TORCH_INDEX in setup
+    assert f"torch=={config['torch']}" in setup and autograder_config.TORCH_INDEX in setup
     assert f"torch=={config['torch']}" in (gs.root / "source" / "constraints.txt").read_text()
     assert "Wrote " in gs.built and "lesson 04" in gs.built
 
@@ -287,7 +289,7 @@ def test_no_output_holds_the_code_of_the_extra_cases(lesson04, hanging):
 def test_run_autograder_before_setup_says_so(tmp_path):
     (tmp_path / "source").mkdir()
     script = tmp_path / "run_autograder"
-    script.write_text(autograder.RUN_AUTOGRADER)
+    script.write_text(generate.SCRIPTS["run_autograder"])
     script.chmod(0o755)
     run = subprocess.run(
         [str(script)],
@@ -307,7 +309,7 @@ def test_the_notebook_is_picked_by_its_name_then_by_its_lesson(tmp_path):
         for name, nb in files.items():
             (folder / name).parent.mkdir(parents=True, exist_ok=True)
             nbformat.write(nb, folder / name)
-        path, problem = autograder.pick_notebook(folder, "04")
+        path, problem = run_step.pick_notebook(folder, "04")
         return (path.relative_to(folder).as_posix() if path else None), problem
 
     assert pick({NAMES["04"]: right, "copy.ipynb": right}) == (NAMES["04"], None)
@@ -331,7 +333,7 @@ def test_the_pins_come_from_the_constraints_file_where_there_is_one(tmp_path):
         "numpy==2.4.6  # via torch\nddp-basics[grade] @ file:///work/main\n"
         'jupyterlab==4.6.6 ; python_version >= "3.11"\n'
     )
-    text, torch, source, extras = autograder._pins(tmp_path)
+    text, torch, source, extras = generate._pins(tmp_path)
     assert (torch, source, extras) == ("2.13.0", "constraints.txt", "[grade]")
     assert text.splitlines() == [
         "torch==2.13.0",

@@ -1,4 +1,5 @@
-"""The batch as logic (grading/batch.py): its scheduling, retries and options, without kernels."""
+"""The batch as logic (grading/orchestration/batch.py): its scheduling, retries and options,
+without kernels."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What the grader writes for other programs (grading/escape.py): a learner's text in the
+"""What the grader writes for other programs (grading/outputs/escape.py): a learner's text in the
 feedback's Markdown, rendered by a CommonMark renderer as an LMS would, shows as the text
 it is; a CSV cell is no formula; a terminal gets no escape sequence."""
 
@@ -9,7 +9,7 @@ import re
 import pytest
 from markdown_it import MarkdownIt
 
-from ddp_helpers.grading.escape import code_block, csv_cell, line, markdown, markdown_fill
+from ddp_helpers.grading.outputs.escape import code_block, csv_cell, line, markdown, markdown_fill
 
 # What a learner can put in a name, an exception message or the repr of an answer.
 HOSTILE = [

@@ -30,7 +30,7 @@ def test_no_grading_function_is_long_without_saying_why():
 
 
 def test_a_stopped_notebooks_traceback_keeps_the_learners_line_above_a_deep_stack():
-    from ddp_helpers.grading.kernel import error_text
+    from ddp_helpers.grading.worker.kernel import error_text
 
     deep = [f"File /site-packages/lib.py:{n}, in f{n}()\n---> {n} f{n + 1}()" for n in range(30)]
     cell = "Cell In[3], line 14\n     13 x = 1\n---> 14 launch(spin, nprocs=2)"

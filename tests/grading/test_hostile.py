@@ -29,7 +29,7 @@ from fixtures.submissions import INJECTED_NAMES, make_hostile_corpus
 from grading_common import left_running, tmpdir_of
 from markdown_it import MarkdownIt
 
-from ddp_helpers.grading.escape import printable
+from ddp_helpers.grading.outputs.escape import printable
 from ddp_helpers.procs import with_this_package
 
 SECRET = "PRIVATE KEY 7d1e"  # in a file of the instructor's that no output may quote
@@ -70,7 +70,7 @@ def _graded_watched(args: list[str], cwd: Path) -> tuple[subprocess.CompletedPro
             grader = psutil.Process(proc.pid)
             peak["grader"] = max(peak["grader"], grader.memory_info().rss)
             for child in grader.children(recursive=True):
-                if "ddp_helpers.grading.worker" in " ".join(child.cmdline()):
+                if "ddp_helpers.grading.worker.process" in " ".join(child.cmdline()):
                     peak["worker"] = max(peak["worker"], child.memory_info().rss)
         except psutil.Error:
             pass

@@ -1,4 +1,4 @@
-"""The CSV, the feedback, the progress and the summary, as logic (grading/reports.py)."""
+"""The CSV, the feedback, the progress and the summary, as logic (grading/outputs/reports.py)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from ddp_helpers.grading import (
     Row,
     Status,
     Submission,
-    reports,
 )
+from ddp_helpers.grading.outputs import reports
 
 # ---------------------------------------------------------------- reports, as logic
 

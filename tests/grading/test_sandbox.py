@@ -34,7 +34,7 @@ from fixtures.submissions import (
 from grading_common import grade_in, left_running, outputs_of
 
 from ddp_helpers.exercises import exercises_of
-from ddp_helpers.grading import sandbox
+from ddp_helpers.grading.confinement import sandbox
 from support import ROOT
 
 PACKAGE = ROOT / "ddp_helpers"
@@ -423,7 +423,7 @@ def test_how_a_limit_was_seen_is_said_in_the_feedbacks_language(tmp_path, langua
     from ja_guard import english_in_japanese
 
     from ddp_helpers import i18n
-    from ddp_helpers.grading.limits import Cgroup1, Cgroup2, Rlimit
+    from ddp_helpers.grading.confinement.limits import Cgroup1, Cgroup2, Rlimit
 
     v2 = tmp_path / "v2"
     v2.mkdir()

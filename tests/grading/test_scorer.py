@@ -1,4 +1,4 @@
-"""The scorer (grading/scorer.py): the checks it uses, the scorer run alone, and what the
+"""The scorer (grading/worker/scorer.py): the checks it uses, the scorer run alone, and what the
 worker takes from it."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import pytest
 
 from ddp_helpers.exercises import lesson01, lesson02
 from ddp_helpers.exercises.answer import Answer
-from ddp_helpers.grading import scorer
 from ddp_helpers.grading.folders import WorkFolders
+from ddp_helpers.grading.worker import scorer
 from ddp_helpers.launcher.pickling import dumps
 from ddp_helpers.procs import with_this_package
 from support import SOON

@@ -14,9 +14,7 @@ import psutil
 from fixtures.submissions import NAMES, make_submissions
 from grading_common import _env
 
-from ddp_helpers.grading import (
-    submissions,
-)
+from ddp_helpers.grading.orchestration import submissions
 from ddp_helpers.procs import with_this_package
 from support import ROOT, SOON, processes_under
 
@@ -98,7 +96,7 @@ def test_ctrl_c_stops_the_batch_and_everything_it_started(tmp_path):
 
 def _submission_cgroups(grader_pid: int) -> set:
     """The cgroups a grader of that pid made and left (none where limits are rlimits)."""
-    from ddp_helpers.grading.sandbox import choose
+    from ddp_helpers.grading.confinement.sandbox import choose
 
     dirs = choose(False, None, None).limits.folders("x")
     return {p for d in dirs.values() for p in d.parent.glob(f"ddp-grade-{grader_pid}-*")}

@@ -1,4 +1,4 @@
-"""Finding submissions and their lessons (grading/submissions.py)."""
+"""Finding submissions and their lessons (grading/orchestration/submissions.py)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from ddp_helpers.grading import (
     ExerciseScore,
     Row,
     Status,
-    submissions,
 )
+from ddp_helpers.grading.orchestration import submissions
 from ddp_helpers.procs import with_this_package
 
 # ---------------------------------------------------------------- finding submissions
@@ -183,7 +183,7 @@ def test_a_merge_that_cannot_be_done_writes_nothing_and_says_why(tmp_path, args,
 
 
 def test_gradescope_extra_cases_at_the_visibility_asked_for():
-    from ddp_helpers.grading import gradescope
+    from ddp_helpers.grading.gradescope import results as gradescope
 
     row = Row(
         _sub("a/01.ipynb"),

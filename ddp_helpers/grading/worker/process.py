@@ -2,7 +2,7 @@
 fresh kernel, then its answers are scored (scorer.py). The grader starts one worker per
 submission and supervises it (dispatch.py); nothing here runs in the grader.
 
-`python -m ddp_helpers.grading.worker NOTEBOOK LESSON BUDGET CONFINEMENT` prints one
+`python -m ddp_helpers.grading.worker.process NOTEBOOK LESSON BUDGET CONFINEMENT` prints one
 JSON line, the submission's Outcome. The worker is a child subreaper (Linux), so every
 process the submission starts (kernel, launcher, ranks, anything that daemonised) ends up
 as its descendant and is killed before the outcome is printed. The answers leave the
@@ -19,16 +19,16 @@ import signal
 import sys
 import time
 
-from .. import i18n
-from ..i18n import messages
-from ..procs import become_subreaper, die_with_parent, kill_descendants
-from .budget import TimeBudget
-from .folders import WorkFolders
+from ... import i18n
+from ...i18n import messages
+from ...procs import become_subreaper, die_with_parent, kill_descendants
+from ..budget import TimeBudget
+from ..confinement.sandbox import CGROUP_NAME_ENV, Cage, Confinement, format_size
+from ..folders import WorkFolders
+from ..orchestration.submissions import code_sources, language_of
+from ..results import Event, Outcome, Status
 from .kernel import MAX_MESSAGE, Kernel, KernelDied, OutputTooBig, Tampered, error_text
-from .results import Event, Outcome, Status
-from .sandbox import CGROUP_NAME_ENV, Cage, Confinement, format_size
 from .scorer import score
-from .submissions import code_sources, language_of
 
 MESSAGES = messages(
     "grading.worker",
@@ -202,7 +202,7 @@ def run_and_score(
 def _run_and_score(
     path: str, lesson: str, budget: TimeBudget, confinement: Confinement | None
 ) -> Outcome:
-    from ..exercises import exercises_of
+    from ...exercises import exercises_of
 
     become_subreaper()
     _stop_with_the_grader()

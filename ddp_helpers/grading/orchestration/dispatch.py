@@ -15,13 +15,13 @@ import sys
 import threading
 import time
 
-from .. import i18n
-from ..exercises.verdicts import CheckStatus
-from ..i18n import messages
-from ..procs import REAP_WAIT, describe_exit, stop_tree, supervise, with_this_package
-from .budget import TimeBudget
-from .results import Event, ExerciseScore, Outcome, Row, Status, Submission
-from .sandbox import CGROUP_NAME_ENV, Confinement, cgroup_name, remove_leftover_cgroups
+from ... import i18n
+from ...exercises.verdicts import CheckStatus
+from ...i18n import messages
+from ...procs import REAP_WAIT, describe_exit, stop_tree, supervise, with_this_package
+from ..budget import TimeBudget
+from ..confinement.sandbox import CGROUP_NAME_ENV, Confinement, cgroup_name, remove_leftover_cgroups
+from ..results import Event, ExerciseScore, Outcome, Row, Status, Submission
 
 MESSAGES = messages(
     "grading.dispatch",
@@ -60,7 +60,7 @@ def grade_one(
 
 
 def _grade_one(sub, budget: TimeBudget, cancel, tmp_root, confinement) -> Row:
-    from ..exercises import exercises_of
+    from ...exercises import exercises_of
 
     if sub.problem is not None:
         return Row.invalid(sub)
@@ -102,7 +102,7 @@ def _run_worker(
     env["DDP_HELPERS_GRADER_PID"] = str(os.getpid())
     env[CGROUP_NAME_ENV] = cgroups = cgroup_name()
     proc = subprocess.Popen(
-        [sys.executable, "-P", "-m", "ddp_helpers.grading.worker"]
+        [sys.executable, "-P", "-m", "ddp_helpers.grading.worker.process"]
         + [str(sub.path), sub.lesson, json.dumps(budget.to_json()), json.dumps(conf.to_json())],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,

@@ -1,10 +1,10 @@
 """Start a command inside a submission's limits: its cgroups, its RLIMIT_DATA, then exec.
 
-`python -m ddp_helpers.grading.confine [--cgroup DIR]... [--data BYTES] [--fsize BYTES] --
-COMMAND...` joins each cgroup (so the command and all it starts are counted there from the
-first instruction on), sets the data limit and the size of any one file it may write
-(RLIMIT_FSIZE: past it a write fails, EFBIG; Python ignores the SIGXFSZ that comes with it),
-and replaces itself with the command.
+`python -m ddp_helpers.grading.confinement.confine [--cgroup DIR]... [--data BYTES] [--fsize
+BYTES] -- COMMAND...` joins each cgroup (so the command and all it starts are counted there
+from the first instruction on), sets the data limit and the size of any one file it may
+write (RLIMIT_FSIZE: past it a write fails, EFBIG; Python ignores the SIGXFSZ that comes
+with it), and replaces itself with the command.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sys
 
 
 def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(prog="python -m ddp_helpers.grading.confine")
+    parser = argparse.ArgumentParser(prog="python -m ddp_helpers.grading.confinement.confine")
     parser.add_argument("--cgroup", action="append", default=[], metavar="DIR")
     parser.add_argument("--data", type=int, metavar="BYTES")
     parser.add_argument("--fsize", type=int, metavar="BYTES")

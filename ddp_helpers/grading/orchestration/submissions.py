@@ -9,10 +9,10 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from .. import i18n
-from ..exercises import LESSONS, exercises_of
-from ..files import TooBig, read_capped
-from .results import Submission
+from ... import i18n
+from ...exercises import LESSONS, exercises_of
+from ...files import TooBig, read_capped
+from ..results import Submission
 
 MAX_NOTEBOOK = 64 << 20  # bytes of a submission read: a lesson with its outputs is ~1 MB
 
@@ -95,7 +95,7 @@ def _notebook_json(path) -> tuple[str, object]:
 
 def read_notebook(path):
     """The notebook at path, as nbformat v4; raises ValueError saying why it is not one."""
-    from ..nbformat_quick import nbformat as _nbformat
+    from ...nbformat_quick import nbformat as _nbformat
 
     nbformat = _nbformat()
     text, _ = _notebook_json(path)

@@ -10,11 +10,11 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Protocol
 
-from ..files import replaced_whole
+from ...files import replaced_whole
+from ..gradescope.results import results_paths, write_results
+from ..results import Row
 from .class_report import Tally, write_report
-from .gradescope import results_paths, write_results
 from .reports import csv_cells, csv_header, write_feedback
-from .results import Row
 
 # What the batch's last line says each output wrote, and its warnings: for the instructor.
 INSTRUCTOR_TEXT = {

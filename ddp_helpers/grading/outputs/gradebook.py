@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import csv
 
-from ..files import replaced_whole
+from ...files import replaced_whole
 
 INSTRUCTOR_TEXT = {
     "no_key": (

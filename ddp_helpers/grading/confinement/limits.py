@@ -16,7 +16,7 @@ import contextlib
 import uuid
 from pathlib import Path
 
-from ..i18n import messages
+from ...i18n import messages
 
 CGROUP = Path("/sys/fs/cgroup")
 

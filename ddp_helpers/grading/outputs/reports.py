@@ -7,13 +7,13 @@ import re
 import time
 from pathlib import Path
 
-from .. import i18n
-from ..exercises.texts import status_names
-from ..exercises.verdicts import mark
-from ..files import replaced_whole
-from ..i18n import messages
+from ... import i18n
+from ...exercises.texts import status_names
+from ...exercises.verdicts import mark
+from ...files import replaced_whole
+from ...i18n import messages
+from ..results import STATUSES, Row, Status, Submission
 from .escape import code_block, csv_cell, line, markdown, markdown_fill, printable
-from .results import STATUSES, Row, Status, Submission
 
 # What the instructor reads (the batch's progress lines and summary): English only.
 INSTRUCTOR_TEXT = {

@@ -33,10 +33,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..i18n import messages
-from ..paths import PACKAGE  # ddp_helpers/, the course's own code
-from .defaults import DEFAULT_DISK, DEFAULT_TASKS
-from .folders import WorkFolders
+from ...i18n import messages
+from ...paths import PACKAGE  # ddp_helpers/, the course's own code
+from ..defaults import DEFAULT_DISK, DEFAULT_TASKS
+from ..folders import WorkFolders
 from .limits import MECHANISMS, SEEN, Limits, first_usable
 
 LIMITS = tuple(MECHANISMS)  # how a submission's limits can be held (limits.py)
@@ -290,7 +290,7 @@ def submission_environment(
 ) -> dict[str, str]:
     """The environment of a submission's processes: the allow-listed part of `environ`, the
     names conf.pass_env gives, and what is set for every submission."""
-    from ..procs import with_this_package
+    from ...procs import with_this_package
 
     env = {
         name: value
@@ -346,7 +346,7 @@ class Cage:
     def command(self, argv: list[str], cwd: str, read_only: Iterable[str] = ()) -> list[str]:
         """argv, started inside the cage: in its cgroups, under its rlimits, in bwrap (which
         shows it the files `read_only` too: the kernel's connection file)."""
-        confine = [sys.executable, "-P", "-m", "ddp_helpers.grading.confine"]
+        confine = [sys.executable, "-P", "-m", "ddp_helpers.grading.confinement.confine"]
         for path in set(self.dirs.values()):
             confine += ["--cgroup", str(path)]
         confine += self.conf.limits.confine_args(self.conf.memory)
@@ -384,7 +384,7 @@ class Cage:
         if self.watched_hit is None:
             self.watched_hit = self._count_tasks() or self._measure_disk()
             if self.watched_hit is not None:
-                from ..procs import kill_descendants
+                from ...procs import kill_descendants
 
                 kill_descendants()
         return self.watched_hit is not None

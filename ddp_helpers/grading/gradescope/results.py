@@ -18,13 +18,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .. import i18n
-from ..exercises.verdicts import CheckStatus, Hidden
-from ..files import replaced_whole
-from ..i18n import messages
-from .defaults import DEFAULT_VISIBILITY, VISIBILITIES  # noqa: F401 - the tests read them here
-from .escape import printable
-from .results import Row, Status
+from ... import i18n
+from ...exercises.verdicts import CheckStatus, Hidden
+from ...files import replaced_whole
+from ...i18n import messages
+from ..defaults import DEFAULT_VISIBILITY, VISIBILITIES  # noqa: F401 - the tests read them here
+from ..outputs.escape import printable
+from ..results import Row, Status
 
 MESSAGES = messages(
     "grading.gradescope",
@@ -57,7 +57,7 @@ def _results_json(row: Row, hidden_visibility: str) -> dict:
     seconds = round(row.seconds, 1)
     if row.status is Status.INVALID:
         return _invalid_results(sub.problem or "", seconds)
-    from .reports import FEEDBACK
+    from ..outputs.reports import FEEDBACK
 
     tests = [t for ex in row.exercises for t in _exercise_tests(ex, hidden_visibility)]
     if row.status is not Status.OK:
@@ -96,7 +96,7 @@ def _invalid_results(problem: str, seconds: float) -> dict:
 
 def _exercise_tests(ex, hidden_visibility: str) -> list[dict]:
     """An exercise's test, worth its points; then a test of 0 points for its extra cases."""
-    from .reports import FEEDBACK
+    from ..outputs.reports import FEEDBACK
 
     extra_failed = ex.hidden is Hidden.FAILED
     output = MESSAGES["decided_by_extra"] if extra_failed else ex.message
@@ -133,7 +133,7 @@ def _exercise_tests(ex, hidden_visibility: str) -> list[dict]:
 
 def _notebook_test(row: Row) -> dict:
     """The failed "Notebook" test of a notebook that did not run to its end: what happened."""
-    from .reports import FEEDBACK
+    from ..outputs.reports import FEEDBACK
 
     text = [FEEDBACK["status"][row.status.value]]
     for e in row.events:

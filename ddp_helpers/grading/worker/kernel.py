@@ -13,9 +13,9 @@ import subprocess
 import sys
 import time
 
-from ..files import append_fd, read_tail
-from ..procs import describe_exit, stop_tree, supervise
-from .folders import WorkFolders
+from ...files import append_fd, read_tail
+from ...procs import describe_exit, stop_tree, supervise
+from ..folders import WorkFolders
 
 # What the grader takes of a kernel (whose every byte the notebook controls), at most:
 MAX_MESSAGE = 16 << 20  # bytes of one part of one message (a print, an error)

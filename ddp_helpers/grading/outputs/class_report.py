@@ -18,13 +18,13 @@ from collections import Counter
 from functools import cache
 from pathlib import Path
 
-from ..exercises.texts import Texts, status_names
-from ..exercises.verdicts import CheckStatus, colour
-from ..files import replaced_whole
-from ..i18n import messages
-from . import scorer
+from ...exercises.texts import Texts, status_names
+from ...exercises.verdicts import CheckStatus, colour
+from ...files import replaced_whole
+from ...i18n import messages
+from ..results import STATUSES, ExerciseScore, Row, Status
+from ..worker import scorer
 from .escape import printable
-from .results import STATUSES, ExerciseScore, Row, Status
 
 OUTCOMES = tuple(CheckStatus)
 COLORS = {status: colour(status) for status in CheckStatus}  # verdicts.LOOKS
@@ -38,7 +38,7 @@ MESSAGES = messages("grading.class_report", {"title": "Class report"})
 @cache
 def _texts(lesson: str) -> dict[str, Texts]:
     """Each exercise of a lesson's text, by exercise id."""
-    from ..exercises import exercises_of
+    from ...exercises import exercises_of
 
     return {ex.id: ex.texts for ex in exercises_of(lesson)}
 

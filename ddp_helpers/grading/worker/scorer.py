@@ -7,7 +7,7 @@ it on (exercises.run_on_ranks, run_answer), whose values come back as plain data
 scorer writes is read by the worker as claims to check: only lines for the exercises asked
 for, with the statuses and mistake keys each exercise has, each field capped.
 
-`python -m ddp_helpers.grading.scorer ANSWERS LESSON FD ID...` scores and writes one JSON
+`python -m ddp_helpers.grading.worker.scorer ANSWERS LESSON FD ID...` scores and writes one JSON
 line per event to FD; `score()` runs such processes, a fresh one after one hangs or dies.
 """
 
@@ -20,15 +20,15 @@ import select
 import sys
 import time
 
-from ..exercises.answer import Answer
-from ..exercises.verdicts import CheckStatus, Hidden
-from ..files import TooBig, read_capped
-from ..i18n import messages
-from ..launcher.plain import load_restricted
-from ..procs import describe_exit, kill_descendants, stop_tree, supervise
-from .folders import WorkFolders
+from ...exercises.answer import Answer
+from ...exercises.verdicts import CheckStatus, Hidden
+from ...files import TooBig, read_capped
+from ...i18n import messages
+from ...launcher.plain import load_restricted
+from ...procs import describe_exit, kill_descendants, stop_tree, supervise
+from ..folders import WorkFolders
+from ..results import Event, ExerciseScore
 from .kernel import cap, start_logged
-from .results import Event, ExerciseScore
 
 # The grader's own mistakes (keys as in the exercises' tables: a message under its key, a
 # title for the class report under f"{key}.title"; "missing" is the exercises' key too).
@@ -130,7 +130,7 @@ def course_global(payload: bytes, references: set[tuple[str, str]]) -> bool:
 
 
 def _references() -> set[tuple[str, str]]:
-    from ..exercises import LESSONS, exercises_of
+    from ...exercises import LESSONS, exercises_of
 
     return {
         name for lesson in LESSONS for ex in exercises_of(lesson) for name in ex.reference_names()
@@ -167,13 +167,13 @@ def _score_one(ex, entry, unreadable: str | None, references) -> dict:
 
 def score_answers(answers_path: str, lesson: str, ids: list[str], out) -> None:
     """In the scorer process: each exercise's result as JSON lines on `out`."""
-    from ..exercises import exercises_of
+    from ...exercises import exercises_of
 
     exercises = {ex.id: ex for ex in exercises_of(lesson)}
     found, unreadable = load_answers(answers_path)
     if any(kind == "ok" for kind, _ in found.values()):
-        from ..exercises import builds_ddp
-        from ..launcher import client
+        from ...exercises import builds_ddp
+        from ...launcher import client
 
         if builds_ddp(lesson):
             client.expect_ddp()  # the checks build DDP models: the helper warms up for them
@@ -206,7 +206,7 @@ def score(
     the rest. The caller is a subreaper, so whatever a scorer started is found and killed.
     `env` is the scorers' whole environment (the worker's is sandbox.Cage.env).
     """
-    from ..exercises import exercises_of
+    from ...exercises import exercises_of
 
     exercises = exercises_of(lesson)
     asked = {ex.id: ex for ex in exercises}
@@ -234,12 +234,12 @@ def _run_scorer(folders: WorkFolders, lesson, ids, env, limits, results, cage) -
     """One scorer process for `ids`, its results put into `results`: (exercise, kind, why)
     if it hung, died or said what it may not, else (None, None, ""). Nothing it started is
     left."""
-    from ..exercises import exercises_of
+    from ...exercises import exercises_of
 
     before = _children()
     read_fd, write_fd = os.pipe()
     # -P: nothing the notebook wrote into a folder can shadow a module here.
-    argv = [sys.executable, "-P", "-m", "ddp_helpers.grading.scorer"]
+    argv = [sys.executable, "-P", "-m", "ddp_helpers.grading.worker.scorer"]
     argv += [folders.answers, lesson, str(write_fd), *ids]
     if cage is not None:  # the checks run the learner's code: in its cage too
         argv = cage.command(argv, folders.score)

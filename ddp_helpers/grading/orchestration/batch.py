@@ -16,15 +16,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .. import i18n
-from ..i18n import messages
+from ... import i18n
+from ...i18n import messages
+from ..budget import TimeBudget
+from ..confinement.sandbox import Confinement
+from ..defaults import DEFAULT_OUT, DEFAULT_VISIBILITY
+from ..outputs.reports import Progress, feedback_names, in_order, summary
+from ..outputs.writers import ClassReport, FeedbackFiles, GradescopeResults, GradesCsv, Output
+from ..results import Event, Row, Status, Submission
 from . import dispatch
-from .budget import TimeBudget
-from .defaults import DEFAULT_OUT, DEFAULT_VISIBILITY
-from .outputs import ClassReport, FeedbackFiles, GradescopeResults, GradesCsv, Output
-from .reports import Progress, feedback_names, in_order, summary
-from .results import Event, Row, Status, Submission
-from .sandbox import Confinement
 from .submissions import columns_for, find_submissions
 
 # What the learner's feedback says about a second try: in the submission's language.
