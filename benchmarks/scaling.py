@@ -20,7 +20,7 @@ def main() -> int:
     args = parser.parse_args()
 
     from ddp_helpers import shutdown
-    from ddp_helpers.scaling import measure_models
+    from ddp_helpers.demos.scaling import measure_models
 
     results = measure_models((1, 2), repeats=args.repeats, batch=args.batch)
     print(

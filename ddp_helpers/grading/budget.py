@@ -17,6 +17,7 @@ class TimeBudget:
     probe: float = 30.0  # after a cell stopped at the limit: taking out what it defined
     interrupt_grace: float = 5.0  # a cell interrupted at the limit: its traceback arrives
     worker_grace: float = 15.0  # a stopped worker: killing what it started, cleaning up
+    reap: float = 5.0  # the processes killed in a submission's cgroups: out of them
     # The worker enforces the limits above and reports on them. The grader stops a worker
     # that outlived all of them by this much (a worker stuck in its own clean-up).
     slack: float = 120.0
@@ -39,3 +40,20 @@ class TimeBudget:
     @classmethod
     def from_json(cls, data: dict) -> TimeBudget:
         return cls(**data)
+
+
+@dataclass(frozen=True)
+class Ticks:
+    """How often the grader looks, in seconds: no limit, but how soon it sees an event that
+    nothing tells it of (a cell's end is a message, a kernel's exit is not)."""
+
+    watch: float = 0.1  # a running cell: its kernel alive, its channels, the cage's limits
+    sockets: float = 0.02  # a starting kernel: whether it has made its sockets yet
+    reply: float = 0.2  # a starting kernel: one wait on a channel for an answer
+    probe: float = 1.0  # a starting kernel: how long one readiness probe waits for it
+    worker: float = 0.5  # a worker: whether it ended, its descendants noted
+    progress: float = 1.0  # the batch's progress line, redrawn
+    cgroup_v1: float = 0.05  # a v1 cgroup (which says nothing when it empties): read again
+
+
+TICKS = Ticks()

@@ -19,6 +19,7 @@ import json
 import os
 import re
 import stat
+import subprocess
 import sys
 import tempfile
 import uuid
@@ -34,7 +35,7 @@ from fixtures.submissions import (
 from grading_common import grade_in, left_running, outputs_of
 
 from ddp_helpers.exercises import exercises_of
-from ddp_helpers.grading.confinement import sandbox
+from ddp_helpers.grading.confinement import limits, sandbox
 from support import ROOT
 
 PACKAGE = ROOT / "ddp_helpers"
@@ -452,3 +453,52 @@ def test_how_a_limit_was_seen_is_said_in_the_feedbacks_language(tmp_path, langua
         assert "OOM killer" in said[0] and "fork" in said[1] and "RLIMIT_DATA" in said[2]
         for text in said:
             assert english_in_japanese(text) == [], text
+
+
+CGROUP_MECHANISMS = [m for m in ("cgroup2", "cgroup1") if limits.MECHANISMS[m].usable()]
+
+
+@pytest.mark.parametrize("mechanism", CGROUP_MECHANISMS or ["none usable here"])
+def test_emptying_a_submissions_cgroups_kills_a_forking_tree_and_removes_them(mechanism):
+    """What a killed worker leaves: processes that fork on, in the submission's cgroups.
+    The mechanism kills them all (cgroup.kill and `populated 0` on v2; the listed pids
+    until rmdir succeeds on v1) and removes the cgroups. 8 processes at most."""
+    if mechanism not in limits.MECHANISMS:
+        pytest.skip("no cgroup mechanism can make a cgroup on this machine (rlimit only)")
+    mech = limits.MECHANISMS[mechanism]
+    folders = mech.folders(sandbox.cgroup_name())
+    for path in set(folders.values()):
+        path.mkdir()
+
+    def join():
+        for path in set(folders.values()):
+            (path / "cgroup.procs").write_text(str(os.getpid()))
+
+    forks = "import os, time\nfor _ in range(3):\n    os.fork()\nprint(os.getpid(), flush=True)\n"
+    forks += "time.sleep(60)"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", forks], stdout=subprocess.PIPE, text=True, preexec_fn=join
+    )
+    try:
+        pids = {int(proc.stdout.readline()) for _ in range(8)}  # all 8 started and joined
+        assert mech.empty(folders, within=10.0) is True
+        assert not any(path.exists() for path in folders.values())
+        proc.wait(timeout=10)
+        assert not [p for p in pids if _running(p)]
+    finally:
+        proc.kill()
+        proc.wait()
+        for path in set(folders.values()):
+            limits.kill_listed(path)
+            with contextlib.suppress(OSError):
+                path.rmdir()
+
+
+def _running(pid: int) -> bool:
+    """Whether pid is a process that has not ended (a zombie has)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

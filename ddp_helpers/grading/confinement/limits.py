@@ -13,10 +13,14 @@ cgroup mechanisms come first, in the order they are tried.
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
+import time
 import uuid
 from pathlib import Path
 
 from ...i18n import messages
+from ..budget import TICKS
 
 CGROUP = Path("/sys/fs/cgroup")
 
@@ -63,6 +67,13 @@ class Limits:
         limit, else None. `memory_errors`: the MemoryErrors its cells raised."""
         return None
 
+    @classmethod
+    def empty(cls, folders: dict[str, Path], within: float) -> bool:
+        """Kill whatever is still in the submission's cgroups and remove them, waiting at most
+        `within` seconds for the kernel to take the last processes out. True once none of
+        them is left (nothing to do without cgroups)."""
+        return True
+
 
 class _Cgroups(Limits):
     """What the two cgroup versions share: made as a probe to know they work."""
@@ -108,6 +119,26 @@ class _Cgroups(Limits):
         raise NotImplementedError
 
     @classmethod
+    def empty(cls, folders: dict[str, Path], within: float) -> bool:
+        deadline = time.monotonic() + within
+        left = False
+        for path in set(folders.values()):
+            if path.exists():
+                cls._kill_all(path)
+                left |= not cls._remove(path, deadline)
+        return not left
+
+    @staticmethod
+    def _kill_all(path: Path) -> None:
+        """SIGKILL every process in the cgroup, as one act where the kernel has one."""
+        raise NotImplementedError
+
+    @staticmethod
+    def _remove(path: Path, deadline: float) -> bool:
+        """rmdir the (killed) cgroup once the kernel has taken its processes out."""
+        raise NotImplementedError
+
+    @classmethod
     def hit(cls, folders: dict[str, Path], memory: int | None, memory_errors: int):
         if memory and cls._memory_hit(folders["memory"]):
             return "memory", SEEN["oom"]
@@ -148,6 +179,42 @@ class Cgroup2(_Cgroups):
         events = counters(folder / "memory.events")
         return bool(events.get("oom_kill", 0) or events.get("max", 0))
 
+    @staticmethod
+    def _kill_all(path: Path) -> None:
+        """cgroup.kill (Linux 5.14): the kernel kills every process in it at once, one that
+        forks meanwhile included; before that, each pid of cgroup.procs."""
+        try:
+            (path / "cgroup.kill").write_text("1")
+        except FileNotFoundError:
+            kill_listed(path)
+        except OSError:
+            pass
+
+    @staticmethod
+    def _remove(path: Path, deadline: float) -> bool:
+        """Wait for `populated 0` in cgroup.events (the kernel wakes a poller on each change
+        of it), then rmdir once."""
+        import select
+
+        events = path / "cgroup.events"
+        try:
+            fd = os.open(events, os.O_RDONLY)
+        except OSError:
+            return _rmdir(path)
+        try:
+            poller = select.poll()
+            poller.register(fd, select.POLLPRI | select.POLLERR)
+            while _populated(fd):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                poller.poll(left * 1000)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        return _rmdir(path)
+
 
 class Cgroup1(_Cgroups):
     name = "cgroup1"
@@ -165,6 +232,22 @@ class Cgroup1(_Cgroups):
     @staticmethod
     def _no_swap(memory: int) -> str:
         return str(memory)  # memory and swap together
+
+    @staticmethod
+    def _kill_all(path: Path) -> None:
+        kill_listed(path)
+
+    @classmethod
+    def _remove(cls, path: Path, deadline: float) -> bool:
+        """Kill what is listed until the cgroup can be removed (a process forked while its
+        parent was killed is listed a moment later), up to the deadline."""
+        while True:
+            if _rmdir(path):
+                return True
+            if time.monotonic() > deadline:
+                return False
+            kill_listed(path)
+            time.sleep(TICKS.cgroup_v1)
 
     @staticmethod
     def _memory_hit(folder: Path) -> bool:
@@ -213,9 +296,13 @@ def own_cgroup_v2() -> Path | None:
 def counters(path: Path) -> dict[str, int]:
     """A cgroup file of "name count" lines, as a dict; {} where it cannot be read."""
     try:
-        text = path.read_text()
+        return counters_of(path.read_text())
     except OSError:
         return {}
+
+
+def counters_of(text: str) -> dict[str, int]:
+    """ "name count" lines as a dict (cgroup.events, pids.events, memory.events)."""
     out = {}
     for line in text.splitlines():
         parts = line.split()
@@ -229,3 +316,29 @@ def read_int(path: Path) -> int:
         return int(path.read_text().strip() or 0)
     except (OSError, ValueError):
         return 0
+
+
+def kill_listed(path: Path) -> None:
+    """SIGKILL each process the cgroup lists now."""
+    with contextlib.suppress(OSError):
+        for pid in (path / "cgroup.procs").read_text().split():
+            with contextlib.suppress(OSError):
+                os.kill(int(pid), signal.SIGKILL)
+
+
+def _rmdir(path: Path) -> bool:
+    """Remove an empty cgroup; True once it is gone (also when it already was)."""
+    try:
+        path.rmdir()
+    except FileNotFoundError:
+        return True
+    except OSError:  # still populated
+        return False
+    return True
+
+
+def _populated(fd: int) -> bool:
+    """cgroup.events, read afresh from its start: whether the cgroup still holds a process.
+    (Reading it also tells the kernel which change was seen: poll waits for the next.)"""
+    os.lseek(fd, 0, os.SEEK_SET)
+    return bool(counters_of(os.read(fd, 4096).decode()).get("populated", 0))

@@ -24,7 +24,6 @@ import functools
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -434,9 +433,10 @@ class Cage:
             return MESSAGES["disk_hit"].format(limit=_shown_size(self.conf.disk), how=how)
         return MESSAGES["tasks_hit"].format(limit=self.conf.tasks, how=how)
 
-    def close(self) -> None:
-        """Remove the cgroups (the worker has killed what was in them)."""
-        remove_cgroups(self.dirs)
+    def close(self, within: float) -> bool:
+        """Remove the cgroups, killing whatever the worker left in them, within `within`
+        seconds; True once none is left."""
+        return self.conf.limits.empty(self.dirs, within)
 
 
 FILES = 10_000  # files and folders a submission may make (each costs the measure time)
@@ -485,28 +485,10 @@ def cgroup_name() -> str:
     return f"ddp-grade-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
-def remove_leftover_cgroups(conf: Confinement, name: str) -> None:
-    """Remove the cgroups called `name`, if a worker killed from outside left them."""
-    dirs = {k: p for k, p in conf.limits.folders(name).items() if p.exists()}
-    for path in set(dirs.values()):  # what is still in them: started after it was seen
-        with contextlib.suppress(OSError):
-            for pid in (path / "cgroup.procs").read_text().split():
-                with contextlib.suppress(OSError):
-                    os.kill(int(pid), signal.SIGKILL)
-    remove_cgroups(dirs)
-
-
-def remove_cgroups(dirs: dict[str, Path]) -> None:
-    """Remove these (empty) cgroups, waiting up to 5 s for their last processes to go."""
-    for path in set(dirs.values()):
-        for _ in range(50):
-            try:
-                path.rmdir()
-                break
-            except FileNotFoundError:
-                break
-            except OSError:  # its last processes are still being reaped
-                time.sleep(0.1)
+def remove_leftover_cgroups(conf: Confinement, name: str, within: float) -> bool:
+    """Kill what a worker killed from outside left in its cgroups called `name`, and remove
+    them (within `within` s); True once none is left."""
+    return conf.limits.empty(conf.limits.folders(name), within)
 
 
 def _python_paths() -> list[str]:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ... import i18n
 from ...i18n import messages
-from ..budget import TimeBudget
+from ..budget import TICKS, TimeBudget
 from ..confinement.sandbox import Confinement
 from ..defaults import DEFAULT_OUT, DEFAULT_VISIBILITY
 from ..outputs.reports import Progress, feedback_names, in_order, summary
@@ -306,7 +306,7 @@ class _Run:
                 threads[-1].start()
             while any(t.is_alive() for t in threads):
                 with self.lock:
-                    self.lock.wait(timeout=1.0)
+                    self.lock.wait(timeout=TICKS.progress)
                     self.progress.tick()
         except KeyboardInterrupt:
             _ignore_interrupts()  # a second Ctrl-C must not cut the clean-up short

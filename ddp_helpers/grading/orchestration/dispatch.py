@@ -19,7 +19,7 @@ from ... import i18n
 from ...exercises.verdicts import CheckStatus
 from ...i18n import messages
 from ...procs import REAP_WAIT, describe_exit, stop_tree, supervise, with_this_package
-from ..budget import TimeBudget
+from ..budget import TICKS, TimeBudget
 from ..confinement.sandbox import CGROUP_NAME_ENV, Confinement, cgroup_name, remove_leftover_cgroups
 from ..results import Event, ExerciseScore, Outcome, Row, Status, Submission
 
@@ -119,7 +119,7 @@ def _run_worker(
     finally:
         stop_tree(proc, budget.worker_grace)  # SIGTERM: the worker cleans up, if it can
         _kill_remembered(seen)
-        remove_leftover_cgroups(conf, cgroups)  # a worker killed from outside could not
+        remove_leftover_cgroups(conf, cgroups, budget.reap)  # a worker killed from outside
 
 
 def _wait_for_worker(proc, limit: float, cancel, seen: dict) -> tuple[bytes, bytes] | None:
@@ -148,7 +148,7 @@ def _wait_for_worker(proc, limit: float, cancel, seen: dict) -> tuple[bytes, byt
     def deadline() -> float:
         return 0.0 if cancel is not None and cancel.is_set() else end  # as past the limit
 
-    ended = supervise(proc, finished, deadline, note_descendants, tick=0.5)
+    ended = supervise(proc, finished, deadline, note_descendants, tick=TICKS.worker)
     if ended == "late":
         return None
     if ended == "exited" and not finished(10):  # its last words, unless an orphan holds a pipe

@@ -15,11 +15,12 @@ import time
 
 from ...files import append_fd, read_tail
 from ...procs import describe_exit, stop_tree, supervise
+from ..budget import TICKS
 from ..folders import WorkFolders
 
 # What the grader takes of a kernel (whose every byte the notebook controls), at most:
 MAX_MESSAGE = 16 << 20  # bytes of one part of one message (a print, an error)
-RECONNECT_MS = 1000  # ZeroMQ's wait before it reconnects (the grader checks every 0.1 s)
+RECONNECT_MS = 1000  # ZeroMQ's wait before it reconnects (the grader checks every tick)
 DYING = 1.0  # seconds a kernel that disconnected gets to be seen exiting (it died, then)
 LOG_TAIL = 64 << 10  # bytes of the end of a log
 LINE = 500  # characters of one line of a log or a traceback
@@ -131,7 +132,7 @@ class Kernel:
                 raise KernelDied(self._how_it_died())
             if time.monotonic() > deadline:
                 raise TimeoutError("its sockets did not appear")
-            time.sleep(0.02)
+            time.sleep(TICKS.sockets)
         for path in self.sockets:
             self.sockets[path] = _socket_id(path)
         self.client.start_channels(stdin=False, hb=False)
@@ -165,7 +166,7 @@ class Kernel:
         for channel_ready in (self._shell_ready, self._iopub_ready):
             while True:
                 try:
-                    if channel_ready():
+                    if channel_ready(deadline):
                         break
                 except TimeoutError:
                     pass
@@ -174,11 +175,11 @@ class Kernel:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"no answer within {limit:g} s")
 
-    def _reply(self, get, msg_id: str, within: float = 1.0) -> dict | None:
-        end = time.monotonic() + within
+    def _reply(self, get, msg_id: str) -> dict | None:
+        end = time.monotonic() + TICKS.probe
         while time.monotonic() < end:
             try:
-                msg = get(timeout=0.2)
+                msg = get(timeout=TICKS.reply)
             except queue.Empty:
                 if self.proc.poll() is not None:
                     return None
@@ -187,16 +188,16 @@ class Kernel:
                 return msg
         return None
 
-    def _shell_ready(self) -> bool:
+    def _shell_ready(self, deadline: float) -> bool:
         return self._reply(self.client.get_shell_msg, self.client.kernel_info()) is not None
 
-    def _iopub_ready(self) -> bool:
+    def _iopub_ready(self, deadline: float) -> bool:
         msg_id = self.client.execute("", silent=True, store_history=False)
         msg = self._reply(self.client.get_iopub_msg, msg_id)
         if msg is None:
             return False
         if msg["msg_type"] != "status" or msg["content"].get("execution_state") != "idle":
-            self._wait_idle(msg_id, time.monotonic() + 30, [])
+            self._wait_idle(msg_id, deadline, [])
         return True
 
     def execute(self, code: str, deadline: float, silent: bool = False) -> dict | None:
@@ -230,7 +231,7 @@ class Kernel:
             if self.cage is not None:
                 self.cage.watch()
 
-        ended = supervise(self.proc, idle, lambda: deadline, watch, tick=0.1)
+        ended = supervise(self.proc, idle, lambda: deadline, watch, tick=TICKS.watch)
         if ended == "exited":
             raise KernelDied(self._how_it_died())
         if ended == "late":

@@ -240,7 +240,7 @@ def _run_and_score(
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the clean-up itself is not cut short
         kill_descendants()
-        cage.close()
+        cage.close(budget.reap)
         shutil.rmtree(folders.root, ignore_errors=True)
 
 

@@ -7,7 +7,7 @@ def test_the_ddp_life_cycle_is_drawn_as_one_figure_with_its_four_moments():
     import matplotlib.pyplot as plt
     from matplotlib.figure import Figure
 
-    from ddp_helpers.pictures import draw_ddp_life_cycle
+    from ddp_helpers.demos.pictures import draw_ddp_life_cycle
 
     fig = draw_ddp_life_cycle()
     try:
@@ -23,7 +23,7 @@ def test_the_ddp_life_cycle_is_drawn_as_one_figure_with_its_four_moments():
 
 def test_japanese_captions_break_lines_by_japanese_rules():
     from ddp_helpers import i18n
-    from ddp_helpers.pictures import _NO_END, _NO_START, MESSAGES, wrap
+    from ddp_helpers.demos.pictures import _NO_END, _NO_START, MESSAGES, wrap
 
     assert wrap("あいうえおかきくけこさしすせそたちつてとなにぬねのはひふへほまみむめもす。", 20)
     with i18n.using("ja"):

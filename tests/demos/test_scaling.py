@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from ddp_helpers.scaling import measure_scaling, plot_scaling
+from ddp_helpers.demos.scaling import measure_scaling, plot_scaling
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 

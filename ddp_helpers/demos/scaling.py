@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from .i18n import messages
+from ..i18n import messages
 
 # The lesson's model (8 -> 16 -> 1), and the same shape made wide enough that computing a
 # step costs more than averaging its gradients.
@@ -70,7 +70,7 @@ def measure_scaling(ranks=(1, 2), repeats: int = 3, **kwargs) -> dict[int, float
     """Median examples/s for each number of ranks, one thread per rank, in one run."""
     import statistics
 
-    from .launcher import launch
+    from ..launcher import launch
 
     saved = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = "1"  # one core per rank: the comparison is fair

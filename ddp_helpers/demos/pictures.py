@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import i18n
+from .. import i18n
 
 # Every word the pictures show, so that the Japanese edition's pictures are in Japanese.
 MESSAGES = i18n.messages(

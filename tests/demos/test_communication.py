@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ddp_helpers import communication as comm
+from ddp_helpers.demos import communication as comm
 
 
 def test_a_ring_all_reduce_sends_2_n_minus_1_over_n_of_the_tensor():

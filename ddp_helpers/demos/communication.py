@@ -8,7 +8,7 @@ alpha the latency of one step and beta the bandwidth of one link.
 
 from __future__ import annotations
 
-from .i18n import messages
+from ..i18n import messages
 
 # Message sizes from 4 KiB to 16 MiB, by factors of 4.
 SIZES = tuple(4096 * 4**k for k in range(7))
@@ -82,7 +82,7 @@ def _time_all_reduce(sizes, repeats: int) -> dict[int, float]:
 
 def measure_all_reduce(ranks=(2, 4), sizes=SIZES, repeats: int = 15) -> dict[int, dict[int, float]]:
     """{ranks: {bytes: seconds}}: rank 0's median all_reduce time for each size."""
-    from .launcher import launch
+    from ..launcher import launch
 
     return {n: launch(_time_all_reduce, sizes, repeats, nprocs=n, timeout=300).rank0 for n in ranks}
 
@@ -185,7 +185,7 @@ def _time_ddp_step(hidden: int, layers: int, steps: int) -> dict:
 def time_ddp_step(hidden: int = 1024, layers: int = 2, world_size: int = 2, steps: int = 5) -> dict:
     """Rank 0's buckets, the span of a step's all-reduces, and each bucket's all_reduce timed
     alone (see _time_ddp_step)."""
-    from .launcher import launch
+    from ..launcher import launch
 
     return launch(_time_ddp_step, hidden, layers, steps, nprocs=world_size, timeout=300).rank0
 
