@@ -177,7 +177,9 @@ def test_make_lab_opens_the_first_lesson_with_no_pop_up(lab, page):
     page.goto(f"{base}/?token={TOKEN}")
     page.locator(".jp-NotebookPanel:visible .jp-Notebook").wait_for()
     assert page.url.endswith(f"/lab/tree/lessons/{FIRST}")
-    time.sleep(3)  # JupyterLab asks about news a moment after it opens, when it asks
+    # JupyterLab asks about news once its settings and the server's answers are in: by
+    # then the network is quiet, and a toast that asks is on the page.
+    page.wait_for_load_state("networkidle")
     assert page.locator(".Toastify__toast").all_inner_texts() == []
     assert page.locator(".jp-Dialog").count() == 0
 
@@ -274,10 +276,4 @@ def test_a_lessons_contents_take_the_reader_to_a_going_further_section(lab, page
     # markdown and scrolls there (measured: the heading about 100 px from the top).
     _notebook(page).locator("a[href='#further-03-70']").first.click()
     heading = _notebook(page).locator("h3", has_text="What communication costs")
-    deadline = time.monotonic() + 20
-    while True:
-        box = heading.bounding_box() if heading.count() else None
-        if box is not None and 0 <= box["y"] < page.viewport_size["height"]:
-            break
-        assert time.monotonic() < deadline, f"the section's heading is not in view: {box}"
-        time.sleep(0.2)
+    expect(heading).to_be_in_viewport(timeout=20_000)

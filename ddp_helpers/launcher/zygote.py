@@ -84,11 +84,19 @@ def _count_gpus() -> int:
 SPARE_AFTER = 0.02
 
 
-class Zygote:
-    MAX_SPARES = 8
+def max_spares(environ) -> int:
+    """How many spare ranks a zygote keeps at most: DDP_HELPERS_SPARES (0: none, every
+    launch forks its ranks; `make bench` measures both), else 8."""
+    try:
+        return max(0, int(environ.get("DDP_HELPERS_SPARES", "8")))
+    except ValueError:
+        return 8
 
+
+class Zygote:
     def __init__(self, sock: socket.socket, compat: dict, fork_fails_at: int | None = None):
         self.sock = sock
+        self.max_spares = max_spares(os.environ)
         self.compat = compat
         # For the tests: the rank of every launch that cannot be forked (EAGAIN, as under
         # RLIMIT_NPROC, which root, who runs the tests, is exempt from). None: no such rank.
@@ -289,7 +297,7 @@ class Zygote:
     def launch(self, req: LaunchRequest, fds: list[int]) -> None:
         nprocs = req.nprocs
         self.launched_at = time.monotonic()
-        self.pool_size = min(nprocs, self.MAX_SPARES)
+        self.pool_size = min(nprocs, self.max_spares)
         pids = []
         rank = 0
         try:

@@ -474,8 +474,8 @@ def test_emptying_a_submissions_cgroups_kills_a_forking_tree_and_removes_them(me
         for path in set(folders.values()):
             (path / "cgroup.procs").write_text(str(os.getpid()))
 
-    forks = "import os, time\nfor _ in range(3):\n    os.fork()\nprint(os.getpid(), flush=True)\n"
-    forks += "time.sleep(60)"
+    forks = "import os, time\nfor _ in range(3):\n    os.fork()\n"
+    forks += "os.write(1, b'%d\\n' % os.getpid())\ntime.sleep(60)"  # one write: one line
     proc = subprocess.Popen(
         [sys.executable, "-c", forks], stdout=subprocess.PIPE, text=True, preexec_fn=join
     )
