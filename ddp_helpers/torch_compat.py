@@ -8,7 +8,7 @@ fields), rendered in the notebook's language only when a warning is shown. A tou
 can also be switched off by hand: DDP_HELPERS_DISABLE=rendezvous_store,dynamo_preload.
 
 A touchpoint that one lesson's check relies on lives beside that check, built from the same
-class (lesson 04's `torch.load` text: exercises/lesson04.py, LOAD_DEVICE_TEXT).
+class (lesson 04's `torch.load` text: exercises/lesson04/load.py, LOAD_DEVICE_TEXT).
 """
 
 from __future__ import annotations

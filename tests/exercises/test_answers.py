@@ -1441,10 +1441,10 @@ RIGHT = [(i, fn) for i, (_, right) in SWEEP.items() for fn in right]
 def _loader_run(epochs):
     """What the loader check's 2 ranks report for a loader with DistributedSampler's
     defaults, whose passes go in the order of `epochs`."""
-    from ddp_helpers.exercises import lesson04
+    from ddp_helpers.exercises.lesson04 import loader
 
     def batches(rank, epoch):
-        order = lesson04._default_order(rank, 2, epoch)
+        order = loader._default_order(rank, 2, epoch)
         return [order[k : k + 8] for k in range(0, len(order), 8)]
 
     base = {"type": "DataLoader", "sampler": "DistributedSampler", "distributed": True}
@@ -1457,7 +1457,8 @@ def _judged(judge, *record):
 
 
 def _judges():
-    from ddp_helpers.exercises import capstone, lesson02, lesson04
+    from ddp_helpers.exercises import capstone, lesson02
+    from ddp_helpers.exercises.lesson04 import loader
 
     real = {"rank": 1, "world": 2, "want": "gloo", "returned": {"device": "cpu", "type": "cpu"}}
     joined = {**real, "joined": True, "backend": "gloo"}
@@ -1467,7 +1468,7 @@ def _judges():
         ("2.2", _judged(lesson02._judge_real, {**real, "joined": False}), "setup_real_missing"),
         ("2.2", _judged(lesson02._judge_real, {**joined, "group": (0, 1)}), "setup_real_group"),
         # A DistributedSampler that does not reshuffle on set_epoch: none of torch's does.
-        ("4.2", _judged(lesson04._judge_loader, _loader_run([0, 0]), 1), "loader_same_epoch"),
+        ("4.2", _judged(loader._judge_loader, _loader_run([0, 0]), 1), "loader_same_epoch"),
         # Several writers, neither every rank nor one a machine: ranks 0 and 3 of 2 x 2.
         ("4.1", _judged(capstone._judge_checkpoint, [0, 3], None, 4, 2), "ckpt_several"),
     ]
@@ -1603,7 +1604,7 @@ def test_right_predictions_in_other_shapes_pass():
 
 def test_a_wrong_quiz_answer_explains_the_concept_and_never_names_the_letter():
     quiz = BY_ID["4.3"]
-    from ddp_helpers.exercises.lesson04 import QUIZ
+    from ddp_helpers.exercises.lesson04.quiz import QUIZ
 
     for question, right in QUIZ.items():
         wrong = next(letter for letter in "abc" if letter != right)

@@ -72,7 +72,9 @@ def test_progress_lists_each_exercise_of_the_notebook_and_its_status():
 def test_progress_shows_the_core_path_apart_from_going_further():
     *_, outputs = run_cells(
         "from ddp_helpers.exercises import lesson04 as ex\n"
-        "from ddp_helpers.exercises.lesson04 import make_loader, quiz_answers, save_checkpoint",
+        "from ddp_helpers.exercises.lesson04.loader import make_loader\n"
+        "from ddp_helpers.exercises.lesson04.quiz import quiz_answers\n"
+        "from ddp_helpers.exercises.lesson04.save import save_checkpoint",
         "ex.progress()",
     )
     assert stream_text(outputs) == (
@@ -223,16 +225,20 @@ def _raised_keys(module) -> set[str]:
     }
 
 
-@pytest.mark.parametrize("lesson", [*LESSONS, "capstone"])
-def test_every_mistake_a_check_raises_is_declared_by_an_exercise_of_its_module(lesson):
-    name = "ddp_helpers.exercises.capstone" if lesson == "capstone" else module_name(lesson)
+def _checker_modules() -> dict[str, list]:
+    """Each module that holds checks (a lesson's, one exercise's, the capstone's) and the
+    exercises whose checker it holds."""
+    found: dict[str, list] = {}
+    for lesson in LESSONS:
+        for ex in exercises_of(lesson):
+            found.setdefault(ex._checker.__module__, []).append(ex)
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(_checker_modules()))
+def test_every_mistake_a_check_raises_is_declared_by_an_exercise_of_its_module(name):
     module = importlib.import_module(name)
-    declared = {
-        key
-        for ex in exercises_of(lesson if lesson != "capstone" else "04")
-        for key in ex.mistakes
-        if ex._checker.__module__ == name
-    }
+    declared = {key for ex in _checker_modules()[name] for key in ex.mistakes}
     raised = _raised_keys(module)
     assert raised and raised <= declared | set(RANK_MISTAKES), raised - declared
 

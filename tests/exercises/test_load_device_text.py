@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ddp_helpers import torch_compat
-from ddp_helpers.exercises.lesson04 import LOAD_DEVICE_TEXT, LoadDeviceText
+from ddp_helpers.exercises.lesson04.load import LOAD_DEVICE_TEXT, LoadDeviceText
 
 
 def worded_otherwise(location, backend_name):

@@ -1,0 +1,360 @@
+"""4.4 evaluate (Going further): accuracy counted on every rank's share, all_reduced.
+
+Its words, its reference, its harness and judge, and its Exercise, in one place."""
+
+from __future__ import annotations
+
+from ... import i18n
+from ...i18n import messages
+from .._core import (
+    Exercise,
+    Mistake,
+    Phrase,
+    Wrong,
+    and_list,
+    process_group,
+    run_on_ranks,
+)
+from ..devices import made_off_device
+
+MESSAGES = messages(
+    "exercises.lesson04.evaluate",
+    {
+        "hint.eval_reduce": (
+            "Every rank must count its own share, and then the ranks must add up their "
+            "counts: dist.all_reduce a tensor [correct, total] so that every rank holds the "
+            "totals."
+        ),
+        "hint.eval_ddp_forward": (
+            "With buffers (BatchNorm), DDP's forward is a collective: the first forward "
+            "after a training step broadcasts rank 0's buffers to the other ranks. A DDP "
+            "forward on rank 0 alone waits there for ranks that never come, and "
+            "model.module on every rank scores with each rank's own statistics, which "
+            "differ after training. So every rank evaluates its own share with the DDP "
+            "model."
+        ),
+        "hint.eval_no_padding": (
+            "DistributedSampler pads the shares by repeating items when the data set does "
+            "not divide by the world size: the notebook's 513 items on 2 ranks become 514, "
+            "one counted twice. For evaluation, give each rank its items without padding: "
+            "rank r takes items r, r + W, r + 2W, ... up to the last one."
+        ),
+        "hint.eval_mode": (
+            "Switch to model.eval() before the loop (dropout off, BatchNorm's running "
+            "statistics used), run it under torch.no_grad() (with gradients on, every DDP "
+            "forward broadcasts the buffers, and ranks with shares of unequal length then "
+            "call it unequally often), and put back the mode the model was in "
+            "(model.train(was_training)) afterwards."
+        ),
+        "hint.eval_code": (
+            "mine = Subset(dataset, range(rank, len(dataset), world_size)); count correct "
+            "and total over DataLoader(mine, batch_size) with model(x), in a tensor on the "
+            "model's device, in eval mode under no_grad; model.train(was_training); "
+            "dist.all_reduce(counts); return the two ints."
+        ),
+        "eval_shape": (
+            "evaluate returned {got!r} on rank {rank}; return (correct, total), two ints."
+        ),
+        "eval_shape.title": "did not return (correct, total)",
+        "eval_disagree": (
+            "The ranks returned different counts ({got}): each one counted only its own "
+            "share. all_reduce the counts so that every rank holds the totals."
+        ),
+        "eval_disagree.title": "the counts were not reduced across the ranks",
+        "eval_train_mode": (
+            "The model was in training mode while it evaluated (model.training was True in "
+            "{calls} of {all} forward passes): dropout was still dropping units."
+        ),
+        "eval_train_mode.title": "evaluated in training mode",
+        "eval_not_restored": (
+            "After evaluate the model was left in eval mode, so training would go on with "
+            "dropout switched off. Put back the mode it was in."
+        ),
+        "eval_not_restored.title": "training mode not restored",
+        "eval_forced_train": (
+            "The model came to evaluate in eval mode and left it in training mode: put "
+            "back the mode it was in (was_training = model.training first, then "
+            "model.train(was_training)), not always training."
+        ),
+        "eval_forced_train.title": "always left in training mode",
+        "eval_everything": (
+            "Every rank evaluated all {n} items ({rows} rows each): the work was not split."
+        ),
+        "eval_everything.title": "every rank evaluated all the data",
+        "eval_idle": (
+            "Rank {busy} evaluated {rows} rows and rank(s) {idle} none: the work was not "
+            "split, the other ranks only waited."
+        ),
+        "eval_idle.title": "one rank did all the work",
+        "eval_own_stats": (
+            "The ranks scored with different BatchNorm statistics: after the check's "
+            "training step each rank's running mean and variance are its own, and they were "
+            "still different after evaluate ({got} correct; one process with rank 0's model "
+            "counts {want})."
+        ),
+        "eval_own_stats.title": "each rank scored with its own BatchNorm statistics",
+        "eval_padding": (
+            "It counted {total} examples for a data set of {n}: DistributedSampler repeated "
+            "{extra} item(s) to give every rank the same number, and they were counted "
+            "twice."
+        ),
+        "eval_padding.title": "the sampler's padding counted twice",
+        "eval_counted_extra": (
+            "It counted {total} examples for a data set of {n}: {extra} more than it holds, "
+            "so some examples were counted twice. Give each rank its own share, every "
+            "example in exactly one."
+        ),
+        "eval_counted_extra.title": "some examples counted twice",
+        "eval_dropped": (
+            "It counted {total} examples for a data set of {n}: {missing} item(s) were never "
+            "evaluated (drop_last?). Every held-out example counts once."
+        ),
+        "eval_dropped.title": "items never evaluated",
+        "eval_share": (
+            "It counted {total} examples for a data set of {n}: only one rank's share. "
+            "all_reduce the counts across the ranks."
+        ),
+        "eval_share.title": "only one rank's share counted",
+        "eval_correct": (
+            "It counted all {n} examples, but {got} correct where one process with rank 0's "
+            "model counts {want}."
+        ),
+        "eval_correct.title": "another number correct than one process counts",
+        "eval_ok": (
+            "On {ranks} ranks, with the check's own model (BatchNorm and dropout, trained a "
+            "step first) and its own data ({cases}), exactly what one process with rank 0's "
+            "model counts: every example once, the work split, in eval mode, every rank with "
+            "rank 0's BatchNorm statistics; the mode it was handed in given back (training, "
+            "then eval); the counts it sent made on the model's device. (Its counts are not "
+            "the notebook's.)"
+        ),
+        "eval_case": "{want} of {n} examples correct",
+    },
+)
+
+
+def evaluate(model, dataset, batch_size=128):
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader, Subset
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    mine = Subset(dataset, range(rank, len(dataset), world))  # like the sampler, no padding
+    device = next(model.parameters()).device
+    counts = torch.zeros(2, dtype=torch.long, device=device)  # correct, total
+    was_training = model.training
+    model.eval()  # dropout off, BatchNorm's running statistics
+    with torch.no_grad():
+        for x, y in DataLoader(mine, batch_size=batch_size):
+            x, y = x.to(device), y.to(device)
+            counts[0] += (model(x).argmax(1) == y).sum()  # the DDP model, on every rank
+            counts[1] += len(y)
+    model.train(was_training)
+    dist.all_reduce(counts)  # integer counts: exact
+    return int(counts[0]), int(counts[1])
+
+
+def _spy_model(seed: int = 0):
+    """A classifier with dropout and BatchNorm; its first layer records every forward."""
+    import torch
+
+    class Spy(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.calls = []
+
+        def forward(self, x):
+            self.calls.append((self.training, x.shape[0]))
+            return x
+
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(
+        Spy(),
+        torch.nn.Linear(2, 32),
+        # momentum 1: the running statistics are those of the last training batch, which
+        # differ from rank to rank until DDP's next buffer broadcast.
+        torch.nn.BatchNorm1d(32, momentum=1.0),
+        torch.nn.ReLU(),
+        torch.nn.Dropout(0.5),  # in training mode it changes the predictions
+        torch.nn.Linear(32, 2),
+    )
+
+
+def _eval_data(n: int):
+    import torch
+    from torch.utils.data import TensorDataset
+
+    gen = torch.Generator().manual_seed(n)
+    x = torch.randn(n, 2, generator=gen)
+    return TensorDataset(x, ((x[:, 0] * x[:, 1]) > 0).long())
+
+
+def _train_a_step(model, rank: int) -> None:
+    """One SGD step on data of this rank's own: the ranks' BatchNorm statistics differ."""
+    import torch
+
+    gen = torch.Generator().manual_seed(100 + rank)
+    x = torch.randn(64, 2, generator=gen) * (1 + 2 * rank) + 2 * rank
+    y = ((x[:, 0] * x[:, 1]) > 0).long()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+    opt.zero_grad()
+
+
+def _count_alone(module, dataset) -> int:
+    """What one process counts with this module's weights and statistics, in eval mode."""
+    import copy
+
+    import torch
+
+    alone = copy.deepcopy(module).eval()
+    x, y = dataset.tensors
+    with torch.no_grad():
+        return int((alone(x).argmax(1) == y).sum())
+
+
+def _evaluate_harness(evaluate, n, handed_training=True):
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    with process_group():
+        rank = dist.get_rank()
+        model = DDP(_spy_model())
+        model.train()
+        _train_a_step(model, rank)  # the next DDP forward broadcasts rank 0's buffers
+        data = _eval_data(n)
+        want = _count_alone(model.module, data) if rank == 0 else None
+        model.train(handed_training)  # the mode evaluate must give back
+        model.module[0].calls.clear()
+        samplers = _count_samplers()
+        got = evaluate(model, data)
+        try:
+            got = tuple(int(v) for v in got)
+        except (TypeError, ValueError):
+            got = repr(got)
+        seen = {
+            "got": got,
+            "want": want,
+            "calls": list(model.module[0].calls),
+            "training_after": model.training,
+            "stats": [b.tolist() for b in model.module[2].buffers()],
+            "samplers": len(samplers),
+        }
+        return {**seen, "off_device": made_off_device(evaluate, model, data)}
+
+
+def _count_samplers() -> list:
+    """In a rank: the DistributedSamplers made from now on (evaluate's), one entry each."""
+    from torch.utils.data.distributed import DistributedSampler
+
+    made, real = [], DistributedSampler.__init__
+
+    def init(self, *args, **kwargs):
+        made.append(1)
+        real(self, *args, **kwargs)
+
+    DistributedSampler.__init__ = init
+    return made
+
+
+def _judge_counts(answers, n: int, ranks: int, sampler: bool) -> None:
+    """The total's mistake; the sampler's padding named only where a sampler was used."""
+    correct, total = answers[0]
+    padded = -(-n // ranks) * ranks
+    if total != n:
+        args = dict(total=total, n=n, extra=padded - n, missing=n - total)
+        if total == padded and sampler:
+            raise Wrong("eval_padding", **args)
+        if total in {len(range(r, n, ranks)) for r in range(ranks)} | {padded // ranks}:
+            raise Wrong("eval_share", **args)
+        if total < n:
+            raise Wrong("eval_dropped", **args)
+        raise Wrong("eval_counted_extra", **{**args, "extra": total - n})
+
+
+# The mode the model is handed over in: training (evaluate must restore it), then eval mode
+# (it must stay so: an answer that always ends in model.train() changes it).
+# 517 on 2 ranks: shares of 259 and 258 rows, so no batch of 128 leaves a single row
+# (BatchNorm refuses one row in training mode, which would hide the mistake behind its error).
+# (ranks, items). 517 items: 3 batches on each rank. 513 (the notebook's): 3 and 2, so an
+# evaluation that leaves gradients on, where every DDP forward broadcasts the buffers, hangs
+# there (hence the hang's hint, no_grad; a forward on rank 0 alone is a mismatch on 517).
+EVALUATE_CASES = ((2, 517, True), (2, 513, False))
+
+
+def _check_evaluate(fn, cases=EVALUATE_CASES) -> Phrase:
+    counted, off_device = [], []
+    for ranks, n, handed_training in cases:
+        results = run_on_ranks(_evaluate_harness, fn, n, handed_training, nprocs=ranks)
+        for rank, r in enumerate(results):
+            if not isinstance(r["got"], tuple) or len(r["got"]) != 2:
+                raise Wrong("eval_shape", got=r["got"], rank=rank)
+        answers = [r["got"] for r in results]
+        calls = [c for r in results for c in r["calls"]]
+        in_training = sum(training for training, _ in calls)
+        if in_training:
+            raise Wrong("eval_train_mode", calls=in_training, all=len(calls))
+        if any(r["training_after"] != handed_training for r in results):
+            raise Wrong("eval_not_restored" if handed_training else "eval_forced_train")
+        rows = [sum(k for _, k in r["calls"]) for r in results]
+        if all(k >= n for k in rows):
+            raise Wrong("eval_everything", n=n, rows=rows[0])
+        idle = [rank for rank, k in enumerate(rows) if k == 0]
+        if idle:
+            busy = max(range(ranks), key=rows.__getitem__)
+            idle_ranks = i18n.listed(idle)
+            raise Wrong("eval_idle", busy=busy, rows=rows[busy], idle=idle_ranks)
+        if len(set(answers)) > 1:
+            raise Wrong("eval_disagree", got=answers)
+        want = results[0]["want"]
+        if any(r["stats"] != results[0]["stats"] for r in results):
+            raise Wrong("eval_own_stats", got=answers[0][0], want=want)
+        _judge_counts(answers, n, ranks, any(r["samplers"] for r in results))
+        if answers[0][0] != want:
+            raise Wrong("eval_correct", n=n, got=answers[0][0], want=want)
+        off_device += [r["off_device"] for r in results if r["off_device"]]
+        counted.append(Phrase("eval_case", want=want, n=n))
+    if off_device:  # after every case: what the answer computes wrong is named first
+        raise Wrong("off_device", function="evaluate", collective=off_device[0])
+    worlds = sorted({world for world, _, _ in cases})
+    return Phrase(
+        "eval_ok",
+        ranks=worlds[0] if len(worlds) == 1 else and_list(worlds),
+        cases=counted[0] if len(counted) == 1 else and_list(counted, groups=True),
+    )
+
+
+def _hidden_evaluate(fn) -> Phrase:
+    # Three ranks, where the sampler pads with two repeats: a world size the check never shows.
+    return _check_evaluate(fn, ((3, 514, True),))
+
+
+q4 = Exercise(
+    "4.4",
+    "evaluate",
+    _check_evaluate,
+    evaluate,
+    texts=MESSAGES,
+    hints=("eval_reduce", "eval_ddp_forward", "eval_no_padding", "eval_mode", "eval_code"),
+    mistakes={
+        "eval_shape": Mistake(hint="eval_reduce"),
+        "eval_train_mode": Mistake(hint="eval_mode"),
+        "eval_not_restored": Mistake(hint="eval_mode"),
+        "eval_forced_train": Mistake(hint="eval_mode"),
+        "eval_counted_extra": Mistake(hint="eval_no_padding"),
+        "eval_everything": Mistake(hint="eval_reduce"),
+        "eval_idle": Mistake(hint="eval_reduce"),
+        "eval_disagree": Mistake(hint="eval_reduce"),
+        "eval_own_stats": Mistake(hint="eval_ddp_forward"),
+        "eval_padding": Mistake(hint="eval_no_padding"),
+        "eval_share": Mistake(hint="eval_reduce"),
+        "eval_dropped": Mistake(hint="eval_no_padding"),
+        "eval_correct": Mistake(hint="eval_mode"),
+        "off_device": Mistake(),
+        "hang": Mistake(hint="eval_mode"),
+        "mismatch": Mistake(hint="eval_ddp_forward"),
+    },
+    hidden=_hidden_evaluate,
+    further=True,
+)
