@@ -171,10 +171,11 @@ RUN_TIME = 30.0
 class Exercise:
     """One exercise of a lesson: `check(answer)`, `hint()`, `solution()`.
 
-    `texts` is its module's MESSAGES; `hints` names its hints in the order `hint()` shows
-    them; `mistakes` declares each mistake its check can raise, with the hint that helps
-    (RANK_MISTAKES need not be declared, unless to give them a hint). A name or key without
-    its text is an error here, when the module is imported.
+    `texts` is its module's MESSAGES (or a tuple of tables, its own first: words that
+    several exercises' messages share live in one table of their own); `hints` names its
+    hints in the order `hint()` shows them; `mistakes` declares each mistake its check can
+    raise, with the hint that helps (RANK_MISTAKES need not be declared, unless to give them
+    a hint). A name or key without its text is an error here, when the module is imported.
     """
 
     def __init__(
@@ -198,7 +199,7 @@ class Exercise:
         self.name = name  # what the learner defines in the notebook
         self._checker = checker
         self._hidden = hidden  # more cases, run only by the grader (grade())
-        self.texts = Texts(texts)
+        self.texts = Texts(*texts) if isinstance(texts, tuple) else Texts(texts)
         self.hint_names = tuple(hints)
         self.mistakes = dict(mistakes)
         self._solution = solution

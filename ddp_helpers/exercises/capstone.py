@@ -247,8 +247,9 @@ def train_ddp(epochs, path):
     from torch.utils.data import DataLoader
     from torch.utils.data.distributed import DistributedSampler
 
-    from .lesson02 import cleanup, setup
-    from .lesson03 import wrap
+    from .lesson02.cleanup import cleanup
+    from .lesson02.setup import setup
+    from .lesson03.wrap import wrap
 
     device = setup()
     model = wrap(make_model(), device)

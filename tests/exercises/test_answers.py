@@ -1457,7 +1457,8 @@ def _judged(judge, *record):
 
 
 def _judges():
-    from ddp_helpers.exercises import capstone, lesson02
+    from ddp_helpers.exercises import capstone
+    from ddp_helpers.exercises.lesson02 import setup
     from ddp_helpers.exercises.lesson04 import loader
 
     real = {"rank": 1, "world": 2, "want": "gloo", "returned": {"device": "cpu", "type": "cpu"}}
@@ -1465,8 +1466,8 @@ def _judges():
     return [
         # What only a real run can show: the pretend machines catch first whatever an
         # answer does wrong (what it was told, what it called, what it returned).
-        ("2.2", _judged(lesson02._judge_real, {**real, "joined": False}), "setup_real_missing"),
-        ("2.2", _judged(lesson02._judge_real, {**joined, "group": (0, 1)}), "setup_real_group"),
+        ("2.2", _judged(setup._judge_real, {**real, "joined": False}), "setup_real_missing"),
+        ("2.2", _judged(setup._judge_real, {**joined, "group": (0, 1)}), "setup_real_group"),
         # A DistributedSampler that does not reshuffle on set_epoch: none of torch's does.
         ("4.2", _judged(loader._judge_loader, _loader_run([0, 0]), 1), "loader_same_epoch"),
         # Several writers, neither every rank nor one a machine: ranks 0 and 3 of 2 x 2.

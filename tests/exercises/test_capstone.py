@@ -24,8 +24,9 @@ from torch.utils.data.distributed import DistributedSampler
 from ddp_helpers.exercises import capstone
 from ddp_helpers.exercises._core import weights_apart
 from ddp_helpers.exercises.capstone import GLOBAL_BATCH, LR, make_dataset, make_model
-from ddp_helpers.exercises.lesson02 import cleanup, setup
-from ddp_helpers.exercises.lesson03 import wrap
+from ddp_helpers.exercises.lesson02.cleanup import cleanup
+from ddp_helpers.exercises.lesson02.setup import setup
+from ddp_helpers.exercises.lesson03.wrap import wrap
 from ddp_helpers.exercises.lesson04 import make_loader
 from support import ROOT
 

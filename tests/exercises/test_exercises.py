@@ -112,7 +112,7 @@ def test_a_hang_in_a_check_is_reported_as_wrong_with_the_collective_hint(monkeyp
 
     real = core.run_on_ranks
     monkeypatch.setattr(
-        "ddp_helpers.exercises.lesson03.run_on_ranks",
+        "ddp_helpers.exercises.lesson03.average.run_on_ranks",
         lambda *a, **k: real(*a, **{**k, "timeout": 2}),
     )
     result = lesson03.q2.evaluate(rank_zero_waits_forever)

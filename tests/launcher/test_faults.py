@@ -275,7 +275,7 @@ def save_twice_dying_in_the_second(path):
     import torch
     import torch.distributed as dist
 
-    from ddp_helpers.exercises.lesson04 import _trained_ddp, save_checkpoint
+    from ddp_helpers.exercises.lesson04.save import _trained_ddp, save_checkpoint
 
     dist.init_process_group("gloo")
     model, opt = _trained_ddp()

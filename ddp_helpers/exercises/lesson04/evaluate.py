@@ -1,6 +1,4 @@
-"""4.4 evaluate (Going further): accuracy counted on every rank's share, all_reduced.
-
-Its words, its reference, its harness and judge, and its Exercise, in one place."""
+"""4.4 evaluate (Going further): accuracy counted on every rank's share, all_reduced."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""4.7 gather_all (Going further): all_gather of values of different lengths.
-
-Its words, its reference, its harness and judge, and its Exercise, in one place."""
+"""4.7 gather_all (Going further): all_gather of values of different lengths."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""4.6 load_checkpoint (Going further): onto this rank's own device, everything restored.
-
-Its words, its reference, its harness and judge, and its Exercise, in one place."""
+"""4.6 load_checkpoint (Going further): onto this rank's own device, everything restored."""
 
 from __future__ import annotations
 

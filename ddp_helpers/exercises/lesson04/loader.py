@@ -1,6 +1,4 @@
-"""4.2 make_loader (Going further): a DistributedSampler's DataLoader, each item once per epoch.
-
-Its words, its reference, its harness and judge, and its Exercise, in one place."""
+"""4.2 make_loader (Going further): a DistributedSampler's DataLoader, each item once per epoch."""
 
 from __future__ import annotations
 

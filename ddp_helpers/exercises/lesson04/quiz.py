@@ -1,6 +1,4 @@
-"""4.3 quiz_answers (Going further): what DDP keeps the same on every rank, and when.
-
-Its words, its reference, its harness and judge, and its Exercise, in one place."""
+"""4.3 quiz_answers (Going further): what DDP keeps the same on every rank, and when."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""4.5 save_checkpoint (Going further): one writer for the whole job, then a barrier.
-
-Its words, its reference, its harness and judge, and its Exercise, in one place."""
+"""4.5 save_checkpoint (Going further): one writer for the whole job, then a barrier."""
 
 from __future__ import annotations
 

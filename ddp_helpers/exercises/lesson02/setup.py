@@ -1,61 +1,19 @@
-"""Exercises of lesson 02, the process group (`from ddp_helpers.exercises import lesson02`)."""
+"""2.2 setup: the process group joined with the right backend, the rank pinned to its GPU."""
 
 from __future__ import annotations
 
 import os
 from unittest import mock
 
-from .. import i18n
-from ..i18n import messages
-from ._core import Exercise, Mistake, Phrase, Wrong, answers_to, run_on_ranks
-from ._core import progress as _progress
+from ...i18n import messages
+from .._core import Exercise, Mistake, Phrase, Wrong, run_on_ranks
+from . import machines
+from .backend import pick_backend
+from .machines import _machine_key
 
 MESSAGES = messages(
-    "exercises.lesson02",
+    "exercises.lesson02.setup",
     {
-        "hint.backend_cuda": (
-            "nccl only runs on NVIDIA GPUs; gloo runs on the CPU. Without CUDA, nccl fails "
-            "at init_process_group."
-        ),
-        "hint.backend_gpu_per_rank": (
-            "nccl needs a GPU of its own for every rank on a machine. Compare the GPUs this "
-            "machine has with the ranks this machine runs: LOCAL_WORLD_SIZE, not WORLD_SIZE "
-            "(which counts the ranks of every machine)."
-        ),
-        "hint.backend_code": (
-            "if torch.cuda.is_available() and torch.cuda.device_count() >= "
-            'int(os.environ["LOCAL_WORLD_SIZE"]): return "nccl", else return "gloo".'
-        ),
-        "backend_no_cuda": (
-            "On {machine}, pick_backend() returned {got!r}; it should be {want!r}. Without "
-            "CUDA, nccl fails at init_process_group."
-        ),
-        "backend_no_cuda.title": "nccl without CUDA",
-        "backend_too_few": (
-            "On {machine}, pick_backend() returned {got!r}; it should be {want!r}. Two ranks "
-            "of one machine cannot share a GPU under nccl."
-        ),
-        "backend_too_few.title": "nccl with fewer GPUs than ranks on the machine",
-        "backend_enough": (
-            "On {machine}, pick_backend() returned {got!r}; it should be {want!r}. Every rank "
-            "of this machine has a GPU of its own: nccl is the fast choice."
-        ),
-        "backend_enough.title": "gloo where every rank has a GPU",
-        "backend_local": (
-            "On {machine}, pick_backend() returned {got!r}; it should be {want!r}. Every rank "
-            "has a GPU of its own on its machine; the ranks of the other machines use their "
-            "own GPUs, so compare with LOCAL_WORLD_SIZE, not WORLD_SIZE."
-        ),
-        "backend_local.title": "GPUs compared with WORLD_SIZE, not LOCAL_WORLD_SIZE",
-        "machine_one": "a machine with {gpus} GPU(s) running {local} rank(s)",
-        "machine_no_gpu": "a machine with no GPU running {local} rank(s)",
-        "machine_many": (
-            "{nodes} machines with {gpus} GPU(s) each, {local} ranks per machine "
-            "(WORLD_SIZE={world}, LOCAL_WORLD_SIZE={local})"
-        ),
-        "backend_ok": (
-            "Right on {cases} machines: with and without CUDA, one machine and several."
-        ),
         "hint.setup_backend": (
             "Start from 2.1: pick_backend() says nccl or gloo. Under gloo the rank works on "
             "the CPU; under nccl each rank works on a GPU of its own, on its own machine."
@@ -162,104 +120,8 @@ MESSAGES = messages(
             "Right on {cases} pretend machines (a GPU for each rank, 2 machines x 2 ranks, "
             "too few GPUs, none) and in a real run on 2 ranks here."
         ),
-        "hint.cleanup_leave": (
-            "setup() made every rank join the default process group; cleanup() must make it "
-            "leave again. dist.is_initialized() says whether a process still belongs to one."
-        ),
-        "hint.cleanup_every_rank": (
-            "Every rank leaves the group itself: a call inside `if rank == 0:` leaves the "
-            "other ranks in it."
-        ),
-        "hint.cleanup_code": "dist.destroy_process_group(), on every rank.",
-        "cleanup_left_all": (
-            "After cleanup(), dist.is_initialized() is still True on every rank: nobody left "
-            "the process group."
-        ),
-        "cleanup_left_all.title": "no rank left the process group",
-        "cleanup_left_some": (
-            "After cleanup(), the process group is still initialised on rank {ranks}, while "
-            "the other rank left it: every rank must leave."
-        ),
-        "cleanup_left_some.title": "only some ranks left the process group",
-        "cleanup_ok": "After cleanup() no process group is left on either rank.",
     },
 )
-
-
-def pick_backend():
-    import torch
-
-    gpus_here = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    ranks_here = int(os.environ["LOCAL_WORLD_SIZE"])  # ranks on this machine (torchrun)
-    return "nccl" if gpus_here >= ranks_here else "gloo"
-
-
-# (GPUs on each machine, ranks per machine, ranks in all, the right backend, the mistake
-# another answer makes)
-BACKEND_CASES = [
-    (0, 2, 2, "gloo", "backend_no_cuda"),
-    (0, 1, 1, "gloo", "backend_no_cuda"),
-    (1, 2, 2, "gloo", "backend_too_few"),
-    (4, 2, 2, "nccl", "backend_enough"),
-    (2, 2, 2, "nccl", "backend_enough"),
-    (8, 8, 16, "nccl", "backend_local"),
-    (4, 8, 16, "gloo", "backend_too_few"),
-    (2, 2, 4, "nccl", "backend_local"),
-]
-
-
-def _machine_key(gpus: int, nodes: int) -> str:
-    """How a pretend machine is named: several, one, or one without a GPU."""
-    if nodes > 1:
-        return "machine_many"
-    return "machine_one" if gpus else "machine_no_gpu"
-
-
-def _on_machine(fn, gpus: int, local: int, world: int) -> tuple[str, str]:
-    """In a rank: fn() as rank 0 of a machine with `gpus` GPUs and `local` ranks, of
-    `world` in all; what it returned as str() (dist.Backend.GLOO counts as "gloo") and as
-    its repr, both plain text (an object equal to everything is no backend here)."""
-    import torch
-
-    from ..launcher.plain import shown
-
-    env = {"LOCAL_WORLD_SIZE": str(local), "WORLD_SIZE": str(world), "LOCAL_RANK": "0"}
-    env["RANK"] = "0"
-    with (
-        mock.patch.object(torch.cuda, "is_available", lambda: gpus > 0),
-        mock.patch.object(torch.cuda, "device_count", lambda: gpus),
-        mock.patch.dict(os.environ, env),
-    ):
-        got = fn()
-    text = str(got)
-    return (str.__str__(text) if isinstance(text, str) else shown(text)), shown(got)
-
-
-def _check_backend(fn, cases=BACKEND_CASES) -> Phrase:
-    from functools import partial
-
-    from ..launcher.plain import Opaque
-
-    machines = [(gpus, local, world) for gpus, local, world, _, _ in cases]
-    answers = answers_to(partial(_on_machine, fn), machines)
-    for (gpus, local, world, want, mistake), (text, shown) in zip(cases, answers, strict=True):
-        if text != want:
-            nodes = world // local
-            machine = Phrase(
-                _machine_key(gpus, nodes),
-                gpus=gpus,
-                local=local,
-                world=world,
-                nodes=nodes,
-            )
-            raise Wrong(mistake, machine=machine, got=Opaque("", shown), want=want)
-    return Phrase("backend_ok", cases=len(cases))
-
-
-def _hidden_backend(fn) -> Phrase:
-    # Machines the check does not show: more GPUs than ranks, many machines, one GPU each.
-    cases = [(8, 4, 32, "nccl", "backend_local"), (3, 4, 8, "gloo", "backend_too_few")]
-    return _check_backend(fn, cases + [(1, 1, 8, "nccl", "backend_local")])
 
 
 def setup():
@@ -517,57 +379,12 @@ def _hidden_setup(fn) -> Phrase:
     return _check_setup(fn, [(8, 2, 8, 13), (4, 1, 2, 0), (8, 4, 4, 6)])
 
 
-def cleanup():
-    import torch.distributed as dist
-
-    dist.destroy_process_group()
-
-
-def _cleanup_harness(cleanup):
-    """On each rank: join a group, cleanup(), then look whether a group is left."""
-    import datetime
-
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=20))
-    cleanup()  # at once: the launcher makes that safe (barrier after init, rank 0 last)
-    left = dist.is_initialized()
-    if left:
-        dist.destroy_process_group()  # the check's own, so that the rank ends cleanly
-    return {"left": left}
-
-
-def _check_cleanup(fn) -> Phrase:
-    results = run_on_ranks(_cleanup_harness, fn, nprocs=2)
-    left = [rank for rank, r in enumerate(results) if r["left"]]
-    if len(left) == len(results):
-        raise Wrong("cleanup_left_all")
-    if left:
-        raise Wrong("cleanup_left_some", ranks=i18n.listed(left))
-    return Phrase("cleanup_ok")
-
-
-q1 = Exercise(
-    "2.1",
-    "pick_backend",
-    _check_backend,
-    pick_backend,
-    texts=MESSAGES,
-    hints=("backend_cuda", "backend_gpu_per_rank", "backend_code"),
-    mistakes={
-        "backend_no_cuda": Mistake(hint="backend_cuda"),
-        "backend_too_few": Mistake(hint="backend_gpu_per_rank"),
-        "backend_enough": Mistake(hint="backend_gpu_per_rank"),
-        "backend_local": Mistake(hint="backend_gpu_per_rank"),
-    },
-    hidden=_hidden_backend,
-)
 q2 = Exercise(
     "2.2",
     "setup",
     _check_setup,
     setup,
-    texts=MESSAGES,
+    texts=(MESSAGES, machines.MESSAGES),
     hints=("setup_backend", "setup_local_rank", "setup_pin", "setup_code"),
     mistakes={
         "setup_no_init": Mistake(hint="setup_backend"),
@@ -591,23 +408,3 @@ q2 = Exercise(
     },
     hidden=_hidden_setup,
 )
-q3 = Exercise(
-    "2.3",
-    "cleanup",
-    _check_cleanup,
-    cleanup,
-    texts=MESSAGES,
-    hints=("cleanup_leave", "cleanup_every_rank", "cleanup_code"),
-    mistakes={
-        "cleanup_left_all": Mistake(hint="cleanup_leave"),
-        "cleanup_left_some": Mistake(hint="cleanup_every_rank"),
-        "hang": Mistake(hint="cleanup_every_rank"),
-        "mismatch": Mistake(hint="cleanup_every_rank"),
-    },
-)
-EXERCISES = [q1, q2, q3]
-
-
-def progress() -> None:
-    """Which exercises of lesson 02 pass, checked against this notebook's definitions."""
-    _progress(EXERCISES, "02")
