@@ -225,6 +225,24 @@ def _raised_keys(module) -> set[str]:
     }
 
 
+def _named_in_data(module) -> set[str]:
+    """The strings a module holds outside its Exercise(...) declarations and its messages."""
+    tree = ast.parse(inspect.getsource(module))
+    declarations = {
+        id(node)
+        for call in ast.walk(tree)
+        if isinstance(call, ast.Call) and getattr(call.func, "id", None) in ("Exercise", "messages")
+        for node in ast.walk(call)
+    }
+    return {
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in declarations
+    }
+
+
 def _checker_modules() -> dict[str, list]:
     """Each module that holds checks (a lesson's, one exercise's, the capstone's) and the
     exercises whose checker it holds."""
@@ -240,7 +258,11 @@ def test_every_mistake_a_check_raises_is_declared_by_an_exercise_of_its_module(n
     module = importlib.import_module(name)
     declared = {key for ex in _checker_modules()[name] for key in ex.mistakes}
     raised = _raised_keys(module)
-    assert raised and raised <= declared | set(RANK_MISTAKES), raised - declared
+    assert raised <= declared | set(RANK_MISTAKES), raised - declared
+    # ... and every mistake it declares is raised by name there, or named in its data (a
+    # table of cases and the mistake each one catches): none is declared in vain.
+    unnamed = declared - set(RANK_MISTAKES) - raised - _named_in_data(module)
+    assert not unnamed, unnamed
 
 
 def test_lesson_03s_setup_warns_when_cuda_is_there_but_the_rule_picks_gloo(monkeypatch):
