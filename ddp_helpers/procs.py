@@ -153,6 +153,72 @@ def stop_tree(proc, grace: float = 0.0) -> None:
         proc.communicate(timeout=PIPE_WAIT)  # a pipe still held by an orphan must not hang us
 
 
+class Reaper:
+    """Everything one child started, ended in one place, by each way there is to find it.
+
+    - The tree below the child (`proc`, a Popen; None: below this process): SIGTERM first,
+      with a grace to clean up after itself, then SIGKILL to whatever is left (stop_tree).
+    - What was seen below it while it ran (`note()` on every tick): a child killed from
+      outside leaves these behind, re-parented. Each is killed only if its pid still names
+      the process seen (the same creation time), never a pid the system gave another.
+    - Orphans (`orphans=True`, for a subreaper): this process's children made since the
+      Reaper was, which a child that ended left to it.
+    - The cgroups it ran in (`cgroups`, a callable that kills what is in them and removes
+      them: Limits.empty): the kernel's own count, where there is one.
+    """
+
+    def __init__(self, proc=None, *, cgroups=None, orphans: bool = False):
+        self.proc = proc
+        self.cgroups = cgroups
+        self.seen: dict[int, float] = {}
+        self.before = children() if orphans else None
+
+    def note(self) -> None:
+        """Remember the processes below the child now, with their creation times."""
+        import psutil
+
+        if self.proc is None:
+            return
+        try:
+            for p in psutil.Process(self.proc.pid).children(recursive=True):
+                self.seen.setdefault(p.pid, p.create_time())
+        except psutil.Error:
+            pass
+
+    def reap(self, grace: float = 0.0) -> None:
+        if self.proc is not None:
+            stop_tree(self.proc, grace)
+        else:
+            kill_descendants()
+        self._kill_seen()
+        if self.before is not None:
+            for pid in children() - self.before:
+                kill_descendants(pid, include_self=True)
+        if self.cgroups is not None:
+            self.cgroups()
+
+    def _kill_seen(self) -> None:
+        import psutil
+
+        alive = []
+        for pid, created in self.seen.items():
+            try:
+                p = psutil.Process(pid)
+                if p.create_time() == created:
+                    p.kill()
+                    alive.append(p)
+            except psutil.Error:
+                continue
+        psutil.wait_procs(alive, timeout=REAP_WAIT)
+
+
+def children() -> set[int]:
+    """The pids of this process's children now."""
+    import psutil
+
+    return {p.pid for p in psutil.Process().children()}
+
+
 def listening_sockets(pid: int | None = None) -> list[tuple[str, int]]:
     """(address, port) of each socket a process (default: this one) listens on (lesson 01)."""
     import psutil

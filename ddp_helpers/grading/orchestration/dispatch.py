@@ -18,7 +18,7 @@ import time
 from ... import i18n
 from ...exercises.verdicts import CheckStatus
 from ...i18n import messages
-from ...procs import REAP_WAIT, describe_exit, stop_tree, supervise, with_this_package
+from ...procs import PIPE_WAIT, Reaper, describe_exit, supervise, with_this_package
 from ..budget import TICKS, TimeBudget
 from ..confinement.sandbox import CGROUP_NAME_ENV, Confinement, cgroup_name, remove_leftover_cgroups
 from ..results import Event, ExerciseScore, Outcome, Row, Status, Submission
@@ -110,23 +110,21 @@ def _run_worker(
         start_new_session=True,  # Ctrl-C reaches the grader, which stops the workers itself
         env=env,
     )
-    seen: dict[int, float] = {}  # the worker's descendants, should it die without cleaning up
+    # The worker cleans up after itself (SIGTERM, worker_grace); a worker killed from outside
+    # leaves what it started, noted as it ran, and its cgroups.
+    reaper = Reaper(proc, cgroups=lambda: remove_leftover_cgroups(conf, cgroups, budget.reap))
     try:
-        output = _wait_for_worker(proc, limit, cancel, seen)
+        output = _wait_for_worker(proc, limit, cancel, reaper.note)
         if output is None:
             return None, MESSAGES["worker_stuck"].format(limit=limit)
         return _outcome_of(proc, *output)
     finally:
-        stop_tree(proc, budget.worker_grace)  # SIGTERM: the worker cleans up, if it can
-        _kill_remembered(seen)
-        remove_leftover_cgroups(conf, cgroups, budget.reap)  # a worker killed from outside
+        reaper.reap(budget.worker_grace)
 
 
-def _wait_for_worker(proc, limit: float, cancel, seen: dict) -> tuple[bytes, bytes] | None:
-    """The worker's (stdout, stderr), or None past limit or on cancel; its descendants are
-    noted in `seen` meanwhile."""
-    import psutil
-
+def _wait_for_worker(proc, limit: float, cancel, watch) -> tuple[bytes, bytes] | None:
+    """The worker's (stdout, stderr), or None past limit or on cancel; `watch()` runs on
+    every tick meanwhile (its descendants noted)."""
     output: list[bytes] = []
 
     def finished(wait: float) -> bool:
@@ -136,23 +134,16 @@ def _wait_for_worker(proc, limit: float, cancel, seen: dict) -> tuple[bytes, byt
             return False
         return True
 
-    def note_descendants() -> None:
-        try:
-            for p in psutil.Process(proc.pid).children(recursive=True):
-                seen.setdefault(p.pid, p.create_time())
-        except psutil.Error:
-            pass
-
     end = time.monotonic() + limit
 
     def deadline() -> float:
         return 0.0 if cancel is not None and cancel.is_set() else end  # as past the limit
 
-    ended = supervise(proc, finished, deadline, note_descendants, tick=TICKS.worker)
+    ended = supervise(proc, finished, deadline, watch, tick=TICKS.worker)
     if ended == "late":
         return None
-    if ended == "exited" and not finished(10):  # its last words, unless an orphan holds a pipe
-        return b"", b""
+    if ended == "exited" and not finished(PIPE_WAIT):  # its last words, unless an orphan
+        return b"", b""  # holds its pipe
     return output[0], output[1]
 
 
@@ -167,19 +158,3 @@ def _outcome_of(proc, out: bytes, err: bytes) -> tuple[Outcome | None, str | Non
         tail = "\n".join(err.decode(errors="replace").strip().splitlines()[-20:])
         how = describe_exit(proc.returncode)
         return None, MESSAGES["worker_failed"].format(how=how, output=tail)
-
-
-def _kill_remembered(seen: dict) -> None:
-    """Kill what a worker had started, if it outlived the worker (a worker killed by OOM)."""
-    import psutil
-
-    alive = []
-    for pid, created in seen.items():
-        try:
-            p = psutil.Process(pid)
-            if p.create_time() == created:
-                p.kill()
-                alive.append(p)
-        except psutil.Error:
-            continue
-    psutil.wait_procs(alive, timeout=REAP_WAIT)

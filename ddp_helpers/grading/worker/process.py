@@ -21,7 +21,7 @@ import time
 
 from ... import i18n
 from ...i18n import messages
-from ...procs import become_subreaper, die_with_parent, kill_descendants
+from ...procs import Reaper, become_subreaper, die_with_parent, kill_descendants
 from ..budget import TimeBudget
 from ..confinement.sandbox import CGROUP_NAME_ENV, Cage, Confinement, format_size
 from ..folders import WorkFolders
@@ -239,8 +239,7 @@ def _run_and_score(
         )
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the clean-up itself is not cut short
-        kill_descendants()
-        cage.close(budget.reap)
+        Reaper(cgroups=lambda: cage.close(budget.reap)).reap()
         shutil.rmtree(folders.root, ignore_errors=True)
 
 

@@ -25,7 +25,7 @@ from ...exercises.verdicts import CheckStatus, Hidden
 from ...files import TooBig, read_capped
 from ...i18n import messages
 from ...launcher.plain import load_restricted
-from ...procs import describe_exit, kill_descendants, stop_tree, supervise
+from ...procs import Reaper, describe_exit, supervise
 from ..folders import WorkFolders
 from ..results import Event, ExerciseScore
 from .kernel import cap, start_logged
@@ -188,12 +188,6 @@ def score_answers(answers_path: str, lesson: str, ids: list[str], out) -> None:
         out.flush()
 
 
-def _children() -> set[int]:
-    import psutil
-
-    return {p.pid for p in psutil.Process().children()}
-
-
 def score(
     folders: WorkFolders, lesson: str, env: dict, limit, cage=None
 ) -> tuple[list[ExerciseScore], list[Event]]:
@@ -236,25 +230,23 @@ def _run_scorer(folders: WorkFolders, lesson, ids, env, limits, results, cage) -
     left."""
     from ...exercises import exercises_of
 
-    before = _children()
+    reaper = Reaper(orphans=True)  # what it leaves may outlive it: our children, as orphans
     read_fd, write_fd = os.pipe()
     # -P: nothing the notebook wrote into a folder can shadow a module here.
     argv = [sys.executable, "-P", "-m", "ddp_helpers.grading.worker.scorer"]
     argv += [folders.answers, lesson, str(write_fd), *ids]
     if cage is not None:  # the checks run the learner's code: in its cage too
         argv = cage.command(argv, folders.score)
-    proc = start_logged(argv, folders.score, env, folders.scorer_log, pass_fds=(write_fd,))
+    proc = reaper.proc = start_logged(
+        argv, folders.score, env, folders.scorer_log, pass_fds=(write_fd,)
+    )
     os.close(write_fd)
     asked = {ex.id: ex for ex in exercises_of(lesson) if ex.id in ids}
     try:
         return _read_scores(proc, read_fd, limits, results, asked, cage)
     finally:
         os.close(read_fd)
-        stop_tree(proc)
-        # What it started and left (holding the pipe, perhaps) may have outlived it: orphans
-        # are our new children, since this process is a subreaper.
-        for pid in _children() - before:
-            kill_descendants(pid, include_self=True)
+        reaper.reap()
 
 
 class BadLine(ValueError):
