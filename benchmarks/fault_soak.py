@@ -28,9 +28,7 @@ def _leftovers() -> list:
     if zygote is None:
         return []
     kids = psutil.Process(zygote.proc.pid).children(recursive=True)
-    return [
-        p for p in kids if p.is_running() and p.status() != "zombie" and p.name() != "ddp-spare"
-    ]
+    return [p for p in kids if p.is_running() and p.status() != "zombie"]
 
 
 def main() -> int:

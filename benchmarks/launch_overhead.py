@@ -150,18 +150,10 @@ def _torchrun_times(tmp: Path, runs: int) -> list[float]:
     return times
 
 
-def _warm_times(runs: int, pause: float = 0.0, spares: int | None = None) -> list[float]:
-    """Warm launches back to back (or `pause` s apart) by a zygote keeping `spares` spare
-    ranks at most (None: its default); a fresh zygote where that differs from the last."""
-    from ddp_helpers import launch, shutdown
+def _warm_times(runs: int, pause: float = 0.0) -> list[float]:
+    """Warm launches back to back (or `pause` s apart)."""
+    from ddp_helpers import launch
 
-    if spares is None:
-        was = os.environ.pop("DDP_HELPERS_SPARES", None)
-    else:
-        was = os.environ.get("DDP_HELPERS_SPARES")
-        os.environ["DDP_HELPERS_SPARES"] = str(spares)
-    if was != os.environ.get("DDP_HELPERS_SPARES"):
-        shutdown()
     ns: dict = {}
     exec(WORK, ns)
     os.environ["OMP_NUM_THREADS"] = "1"
@@ -227,13 +219,8 @@ def main() -> int:
             rows["accelerate notebook_launcher (fork)"] = None
         rows["bare os.fork (script)"] = _script_times(tmp, "bare_fork", BARE_FORK, args.runs)
         rows["ddp_helpers.launch, warm"] = _warm_times(args.runs)
-        # Cells run seconds apart, time enough for the zygote to fork spare ranks ahead.
+        # Cells run a moment apart, as a learner runs them: the zygote idle in between.
         rows["ddp_helpers.launch, warm, 0.3 s apart"] = _warm_times(args.runs, pause=0.3)
-        # The same two without the spare pool (DDP_HELPERS_SPARES=0): each launch forks.
-        rows["ddp_helpers.launch, warm, no spares"] = _warm_times(args.runs, spares=0)
-        rows["ddp_helpers.launch, warm, 0.3 s apart, no spares"] = _warm_times(
-            args.runs, pause=0.3, spares=0
-        )
         rows["ddp_helpers.launch, first in a fresh kernel"] = _first_launch_times(args.slow_runs)
 
     med = {k: statistics.median(v) for k, v in rows.items() if v}

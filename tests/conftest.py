@@ -35,12 +35,7 @@ def _rank_processes() -> list[psutil.Process]:
 def no_leftovers():
     """Fails the test if any rank process (or child of one) outlives its launch."""
     yield
-    # Spares are forked ahead of the next launch and wait idle: they are not leftovers.
-    left = [
-        p
-        for p in _rank_processes()
-        if p.is_running() and p.status() != "zombie" and p.name() != "ddp-spare"
-    ]
+    left = [p for p in _rank_processes() if p.is_running() and p.status() != "zombie"]
     assert not left, f"processes left running after the launch: {left}"
 
 

@@ -6,7 +6,7 @@ kernel unpickles these classes without torch: this module imports nothing heavy.
 
     kernel -> zygote   LaunchRequest, Signal, WarmUp
     zygote -> kernel   Ready or Broken (its hello), Started, StartFailed, Exited, Refused
-    zygote -> a spare  BecomeRank
+    zygote -> a rank   BecomeRank (in memory: the rank is forked with it)
     rank -> kernel     RankResult or RankError, on the rank's control pipe
 """
 
@@ -139,12 +139,12 @@ class Refused:
     error: str
 
 
-# ---------------------------------------------------------------- zygote -> a spare
+# ---------------------------------------------------------------- zygote -> a new rank
 
 
 @dataclass(frozen=True)
 class BecomeRank:
-    """Tells a process forked ahead of time (a spare) which rank of which launch to become."""
+    """What a process the zygote forks is to become: which rank of which launch."""
 
     request: LaunchRequest
     rank: int

@@ -15,11 +15,9 @@ import select
 import signal
 import socket
 import sys
-import time
 
 from .. import torch_compat
 from ..procs import (
-    die_with_parent,
     lead_group,
     load_libc,
     nproc_limit,
@@ -79,35 +77,15 @@ def _count_gpus() -> int:
     return int(data or 0)
 
 
-# A launch's ranks are forked, set up and through their rendezvous in about 20 ms (2 cores):
-# spares for the next launch are forked from then on (see _spare_wanted).
-SPARE_AFTER = 0.02
-
-
-def max_spares(environ) -> int:
-    """How many spare ranks a zygote keeps at most: DDP_HELPERS_SPARES (0: none, every
-    launch forks its ranks; `make bench` measures both), else 8."""
-    try:
-        return max(0, int(environ.get("DDP_HELPERS_SPARES", "8")))
-    except ValueError:
-        return 8
-
-
 class Zygote:
     def __init__(self, sock: socket.socket, compat: dict, fork_fails_at: int | None = None):
         self.sock = sock
-        self.max_spares = max_spares(os.environ)
         self.compat = compat
         # For the tests: the rank of every launch that cannot be forked (EAGAIN, as under
         # RLIMIT_NPROC, which root, who runs the tests, is exempt from). None: no such rank.
         self.fork_fails_at = fork_fails_at
         self.children: dict[int, tuple[int, int]] = {}  # pid -> (launch id, rank)
-        # Forked ahead of time, each waiting on its socket for a rank to become: a launch
-        # then costs no fork at all. Refilled while a launch runs, past its start, or when
-        # idle (_spare_wanted).
-        self.spares: dict[int, socket.socket] = {}
-        self.pool_size = 0
-        self.launched_at = 0.0  # when the last launch's request came
+        self.launched = False  # a launch has come (the warm-up may keep the next waiting)
         # Whether DDP models are built here (WarmUp from the kernel, WARM from a rank): then
         # torch._dynamo is imported once idle (warm_up), and `warm` says it was.
         self.warm_wanted = False
@@ -121,7 +99,9 @@ class Zygote:
         signal.signal(WARM, lambda *_: self.want_warm())
         signal.set_wakeup_fd(self.wake_w)
         while True:
-            want_spare, timeout = self._spare_wanted(time.monotonic())
+            # A warm-up due: look again in a moment, once idle (a launch's end wakes the loop:
+            # SIGCHLD, through the wake-up pipe). Else wait for the kernel or a signal.
+            timeout = 0.01 if self._warm_due() and not self.children else None
             try:
                 ready, _, _ = select.select([self.sock, self.wake_r], [], [], timeout)
             except InterruptedError:
@@ -132,10 +112,8 @@ class Zygote:
             # rank imports torch._dynamo (1-2 s, every launch). A launch already waiting
             # then waits for it once (about 1 s); a launch that arrives before any was made
             # never waits.
-            if not self.children and self._warm_due() and (not ready or self.pool_size):
+            if not self.children and self._warm_due() and (not ready or self.launched):
                 self.warm_up()
-            elif not ready and want_spare:
-                self.fork_spare()
             if self.wake_r in ready:
                 try:
                     while os.read(self.wake_r, 512):
@@ -151,35 +129,14 @@ class Zygote:
                     return
                 self.handle(msg, fds)
 
-    def _spare_wanted(self, now: float) -> tuple[bool, float]:
-        """Whether a spare should be forked once the wait ends, and how long to wait.
-
-        A fork costs a few ms of CPU that ranks starting up, or a launch arriving right now,
-        should not wait on. So spares are forked when nothing has happened for 10 ms, or
-        while a launch runs once its ranks are past their start (SPARE_AFTER): the next
-        launch, even one that follows at once (the checks, the grader), then finds them
-        ready instead of forking its ranks itself.
-        """
-        if self._warm_due():  # first the warm-up, when idle
-            return not self.children, 0.01 if not self.children else 0.5
-        if len(self.spares) >= self.pool_size:
-            return False, 0.5
-        if not self.children:
-            return True, 0.01
-        started = now - self.launched_at
-        return started >= SPARE_AFTER, max(0.0, SPARE_AFTER - started)
-
     def reap(self) -> None:
-        while self.children or self.spares:
+        while self.children:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 break
             if pid == 0:
                 break
-            spare = self.spares.pop(pid, None)
-            if spare is not None:
-                spare.close()
             launch_id, rank = self.children.pop(pid, (None, None))
             if launch_id is not None:
                 self.reply(Exited(launch_id, rank, status))
@@ -218,45 +175,6 @@ class Zygote:
                 pass
         gc.freeze()
         self.warm = True
-        # Spares forked before lack it: forked again, from here, when they are next wanted.
-        for sock in self.spares.values():
-            sock.close()
-        _kill_and_reap(list(self.spares))
-        self.spares.clear()
-
-    def fork_spare(self) -> None:
-        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        set_process_name("ddp-spare")  # so the child has its name from its first instant
-        try:
-            pid = os.fork()
-        except OSError:
-            pid = -1
-        if pid == 0:
-            a.close()
-            self._wait_as_spare(b)
-        set_process_name("ddp-zygote")
-        b.close()
-        if pid < 0:  # no process to be had (a process limit): no more spares until a launch
-            a.close()
-            self.pool_size = len(self.spares)
-            return
-        lead_group(pid)
-        self.spares[pid] = a
-
-    def _wait_as_spare(self, sock: socket.socket) -> None:
-        try:
-            self._close_inherited()
-            die_with_parent(os.getppid())
-            try:
-                msg, fds = wire.recv(sock)
-            except (EOFError, OSError):
-                os._exit(0)
-            sock.close()
-            from .rank import run_rank
-
-            run_rank(msg, tuple(fds))  # it checks the message: it can report a bad one
-        finally:
-            os._exit(70)
 
     def _close_inherited(self) -> None:
         # In a fresh child: drop the zygote's signal wiring before closing its fds, or a
@@ -265,8 +183,6 @@ class Zygote:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(WARM, signal.SIG_DFL)
         self.sock.close()
-        for spare in self.spares.values():
-            spare.close()
         for fd in (self.wake_r, self.wake_w):
             os.close(fd)
 
@@ -296,8 +212,7 @@ class Zygote:
 
     def launch(self, req: LaunchRequest, fds: list[int]) -> None:
         nprocs = req.nprocs
-        self.launched_at = time.monotonic()
-        self.pool_size = min(nprocs, self.max_spares)
+        self.launched = True
         pids = []
         rank = 0
         try:
@@ -307,12 +222,10 @@ class Zygote:
                 # Four pipes per rank; rank 0 also gets the store's listening socket.
                 mine = tuple(fds[4 * rank : 4 * rank + 4]) + (tuple(fds[-1:]) if rank == 0 else ())
                 task = BecomeRank(req, rank)
-                pid = self._use_spare(task, mine)
-                if pid is None:
-                    pid = os.fork()
-                    if pid == 0:
-                        self._become_rank(task, mine, fds)
-                    lead_group(pid)
+                pid = os.fork()
+                if pid == 0:
+                    self._become_rank(task, mine, fds)
+                lead_group(pid)
                 self.children[pid] = (req.id, rank)
                 pids.append(pid)
         except OSError as exc:
@@ -325,18 +238,6 @@ class Zygote:
             self.reply(StartFailed(req.id, rank, str(exc), nproc_limit()))
             return
         self.reply(Started(req.id))
-
-    def _use_spare(self, task: BecomeRank, fds) -> int | None:
-        while self.spares:
-            pid, sock = self.spares.popitem()
-            try:
-                wire.send(sock, task, fds)
-            except OSError:  # it died while waiting: reaped later, try the next one
-                continue
-            finally:
-                sock.close()
-            return pid
-        return None
 
     def _become_rank(self, task: BecomeRank, mine, all_fds) -> None:
         try:
@@ -362,7 +263,7 @@ class Zygote:
                         pass
 
     def kill_all(self) -> None:
-        for pid in [*self.children, *self.spares]:
+        for pid in self.children:
             signal_group(pid, signal.SIGKILL)
 
 

@@ -652,18 +652,6 @@ def _until_warm(limit: float = 15) -> None:
         time.sleep(0.1)
 
 
-def _until_spares(pid: int, count: int, other_than: frozenset = frozenset()) -> set[int]:
-    """Wait until the zygote `pid` holds `count` spares (its children named ddp-spare) not
-    among `other_than`; their pids."""
-    deadline = time.monotonic() + SOON
-    while True:
-        spares = {p.pid for p in psutil.Process(pid).children() if p.name() == "ddp-spare"}
-        if len(spares - other_than) >= count:
-            return spares - other_than
-        assert time.monotonic() < deadline, f"the zygote forked no {count} spares"
-        time.sleep(0.01)
-
-
 def _rss_anon(pid: int) -> int:
     with open(f"/proc/{pid}/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("RssAnon:"))
@@ -673,28 +661,24 @@ def test_the_zygote_imports_torch_dynamo_only_once_a_rank_has_built_ddp(monkeypa
     monkeypatch.setattr(client, "_ddp_expected", False)  # no lesson 02, 03 or 04 said so
     client.shutdown()
     assert list(launch(_has_dynamo, nprocs=2)) == [False, False]
-    # Idle, it forks its spares; a warm-up due comes first (zygote.py), so spares forked show
-    # that none was: and they would hold torch._dynamo if it had been.
-    _until_spares(client.running().proc.pid, 2)
+    # A warm-up due goes first, before the next launch (zygote.py): this one shows none was.
     assert list(launch(_has_dynamo, nprocs=2)) == [False, False]
     launch(_builds_ddp, nprocs=2)  # each rank imports torch._dynamo itself, once
     _until_warm()
 
 
-def test_expect_ddp_warms_the_running_zygote_its_spares_and_every_later_zygote(monkeypatch):
+def test_expect_ddp_warms_the_running_zygote_and_every_later_zygote(monkeypatch):
     monkeypatch.setattr(client, "_ddp_expected", False)
     client.shutdown()
     assert list(launch(_has_dynamo, nprocs=2)) == [False, False]
     pid = client.running().proc.pid
-    cold_spares = frozenset(_until_spares(pid, 2))  # forked, cold, for the next launch
     cold = _rss_anon(pid)
     client.expect_ddp()
     deadline = time.monotonic() + 30
     while _rss_anon(pid) < cold + 30_000:  # torch._dynamo: some 70 MB (kB here)
         assert time.monotonic() < deadline, "the zygote did not import torch._dynamo"
         time.sleep(0.1)
-    _until_spares(pid, 2, other_than=cold_spares)  # its import done, spares forked again
-    # The first launch after it, no retry: the cold spares were replaced, not used.
+    # The first launch after it, no retry: its ranks are forked from the warm zygote.
     assert list(launch(_has_dynamo, nprocs=2)) == [True, True]
     client.shutdown()
     _until_warm()  # a new zygote is told at its start
@@ -786,28 +770,3 @@ def test_a_request_the_helper_cannot_read_is_a_clear_error_and_the_next_launch_w
     monkeypatch.undo()
     assert list(launch(lambda: 1, nprocs=2)) == [1, 1]
     assert client.running() is not helper  # that one was stopped: a fresh one took over
-
-
-def test_without_the_spare_pool_a_zygote_never_wants_a_spare(monkeypatch):
-    """DDP_HELPERS_SPARES=0 (make bench weighs the pool against it): no spare is forked,
-    idle or while a launch runs; the default keeps as many as the last launch had ranks."""
-    import socket
-
-    from ddp_helpers.launcher import zygote
-
-    a, b = socket.socketpair()
-    try:
-        for value, pool, wanted in (("0", 0, False), ("", 2, True), ("x", 2, True)):
-            monkeypatch.setenv("DDP_HELPERS_SPARES", value)
-            z = zygote.Zygote(a, {})
-            z.pool_size = min(2, z.max_spares)  # as a 2-rank launch sets it
-            assert z.pool_size == pool
-            assert z._spare_wanted(time.monotonic())[0] is wanted  # idle
-            z.launched_at = time.monotonic() - 1.0
-            z.children = {1: (1, 0)}  # a launch running, past its start
-            assert z._spare_wanted(time.monotonic())[0] is wanted
-            for fd in (z.wake_r, z.wake_w):
-                os.close(fd)
-    finally:
-        a.close()
-        b.close()

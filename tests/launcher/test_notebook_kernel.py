@@ -210,7 +210,7 @@ def test_interrupt_stops_every_rank_within_two_seconds_and_a_killed_kernel_leave
         for rank in (0, 1):
             assert f"rank {rank}:\n  Cell In[" in text and "time.sleep(600)" in text
         names = [p.name() for p in descendants(km.provisioner.process.pid)]
-        # The zygote (and the spares it forks for the next launch) remain; no rank does.
+        # The zygote remains; no rank does.
         assert "ddp-zygote" in names and not [n for n in names if "rank" in n], names
         msg_id = kc.execute("print(list(launch(lambda: 5, nprocs=2)))")
         outputs = _wait_idle(kc, msg_id, timeout=60)
