@@ -11,7 +11,6 @@ difference could be chance. Only loopback addresses are used.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 from pathlib import Path
@@ -20,7 +19,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests" / "claims")]
 
 from claims_support import plain_job  # noqa: E402
-from soak import alternate, report  # noqa: E402
+from soak import alternate, report, soak_arguments  # noqa: E402
 
 RANK = """\
 import torch
@@ -42,11 +41,7 @@ def _block(destroy: bool, runs: int, limit: float, folder: Path) -> list[str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=40, help="runs of each setting")
-    parser.add_argument("--block", type=int, default=10, help="runs before switching")
-    parser.add_argument("--limit", type=float, default=60.0, help="seconds before 'hung'")
-    args = parser.parse_args()
+    args = soak_arguments(__doc__.splitlines()[0], runs=40, limit=60.0, block=10)
     with tempfile.TemporaryDirectory(prefix="exit-soak-") as tmp:
         results = alternate(
             SETTINGS, args.runs, args.block, lambda d, n: _block(d, n, args.limit, Path(tmp))

@@ -18,7 +18,6 @@ mechanism in use, and that the failure it removes is real here.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 from pathlib import Path
@@ -28,7 +27,7 @@ ROOT = HERE.parent
 sys.path[:0] = [str(HERE), str(ROOT / "tests" / "claims"), str(ROOT)]
 
 from claims_support import plain_job  # noqa: E402
-from soak import alternate, busy_loops, report  # noqa: E402
+from soak import alternate, busy_loops, report, soak_arguments  # noqa: E402
 
 from ddp_helpers.authoring.export import export_script  # noqa: E402
 
@@ -64,12 +63,7 @@ def _block(scripts, exits: bool, runs: int, limit: float, folder: Path) -> list[
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=60, help="runs of each setting")
-    parser.add_argument("--block", type=int, default=10, help="runs before switching")
-    parser.add_argument("--busy", type=int, default=3, help="busy loops beside the ranks")
-    parser.add_argument("--limit", type=float, default=60.0, help="seconds before 'hung'")
-    args = parser.parse_args()
+    args = soak_arguments(__doc__.splitlines()[0], runs=60, limit=60.0, block=10, busy=3)
     with tempfile.TemporaryDirectory(prefix="ending-soak-") as tmp:
         folder = Path(tmp)
         scripts = _scripts(folder)

@@ -12,7 +12,6 @@ whether the difference could be chance. Only loopback addresses are used.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import sys
@@ -21,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 
-from soak import alternate, busy_loops, report  # noqa: E402
+from soak import alternate, busy_loops, report, soak_arguments  # noqa: E402
 
 SETTINGS = {"without the fix": "keep_groups", "groups kept until exit": ""}
 
@@ -61,12 +60,7 @@ def _block(disabled: str, runs: int, limit: float) -> list[str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=200, help="runs of each setting")
-    parser.add_argument("--block", type=int, default=25, help="runs before switching")
-    parser.add_argument("--busy", type=int, default=3, help="busy loops beside the ranks")
-    parser.add_argument("--limit", type=float, default=10.0, help="seconds before 'hung'")
-    args = parser.parse_args()
+    args = soak_arguments(__doc__.splitlines()[0], runs=200, limit=10.0, block=25, busy=3)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     try:
         with busy_loops(args.busy):

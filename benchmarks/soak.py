@@ -3,6 +3,7 @@ run 'clean' or what went wrong, and Fisher's exact test on the bad runs."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import math
 import subprocess
@@ -64,3 +65,25 @@ def report(results: dict[str, list[str]], claim: str) -> None:
     (first, second) = results.values()
     p = fisher_one_sided(_bad(first), len(first), _bad(second), len(second))
     print(f"Fisher's exact test, one-sided: p = {p:.2g} that {claim}")
+
+
+def soak_arguments(
+    description: str,
+    *,
+    runs: int,
+    limit: float,
+    block: int | None = None,
+    busy: int | None = None,
+    limit_help: str = "seconds before 'hung'",
+) -> argparse.Namespace:
+    """A soak's command line: --runs of each setting, --block runs before switching (where
+    the settings alternate in blocks), --busy loops beside the ranks (where load matters),
+    --limit seconds."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--runs", type=int, default=runs, help="runs of each setting")
+    if block is not None:
+        parser.add_argument("--block", type=int, default=block, help="runs before switching")
+    if busy is not None:
+        parser.add_argument("--busy", type=int, default=busy, help="busy loops beside the ranks")
+    parser.add_argument("--limit", type=float, default=limit, help=limit_help)
+    return parser.parse_args()

@@ -12,7 +12,6 @@ whether the difference could be chance. Only loopback addresses are used.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import signal
@@ -26,7 +25,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 
-from soak import alternate, report  # noqa: E402
+from soak import alternate, report, soak_arguments  # noqa: E402
 
 SETTINGS = {
     "shared store (torch's default)": {},
@@ -77,10 +76,9 @@ def one_run(script: Path, env: dict[str, str], limit: float) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=10, help="runs of each setting")
-    parser.add_argument("--limit", type=float, default=60.0, help="seconds a run may take")
-    args = parser.parse_args()
+    args = soak_arguments(
+        __doc__.splitlines()[0], runs=10, limit=60.0, limit_help="seconds a run may take"
+    )
     from ddp_helpers.authoring.export import export
 
     with tempfile.TemporaryDirectory() as folder:

@@ -16,7 +16,7 @@ from ..i18n import messages
 from . import client
 from .failures import DistributedError, exit_quirks, interrupt_report, run_error
 from .output import OutputRouter
-from .plan import MASTER_ADDR, Options, place, rank_environments, shared_environment
+from .plan import MASTER_ADDR, STOP, Options, place, rank_environments, shared_environment
 from .protocol import Call, Cell, LaunchRequest
 from .run import Run
 from .tracebacks import cell_sources, relabel_cells, render_stack
@@ -190,7 +190,7 @@ def _settle_background() -> None:
         _background = None
         sys.stderr.write(MESSAGES["spawn_dropped"] + "\n")
         return
-    run.poll(until=time.monotonic() + 0.5)  # read what it has written; settle, if finished
+    run.poll(until=time.monotonic() + STOP.settle)  # read what it has written, if finished
     if not run.done:
         raise RuntimeError(MESSAGES["spawn_running"])
     _background = None

@@ -247,6 +247,8 @@ class StopPolicy:
     stacks_wait_interrupted: float = 1.0  # Stop pressed: a learner waits for the stacks
     wedged: float = 5.0  # SIGKILL sent and a rank never reported: the zygote is wedged
     wedged_interrupted: float = 1.5
+    tick: float = 0.05  # how often a run looks at its clocks while no message comes
+    settle: float = 0.5  # a background spawn's last output read before the next launch
 
     @property
     def after_timeout(self) -> float:

@@ -237,7 +237,7 @@ class Run:
             if not self._open_output() or late or gone:
                 self._finish()
                 return
-        for key, _ in self.sel.select(timeout=0.05):
+        for key, _ in self.sel.select(timeout=policy.tick):
             try:
                 if key.fileobj is self.zygote.sock:
                     self._on_zygote_message()
