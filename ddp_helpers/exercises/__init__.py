@@ -1,8 +1,8 @@
 """The course's lessons and their exercises: `from ddp_helpers.exercises import lesson01 as ex`."""
 
 # The one list of lessons. Each number names its notebooks, `lessons/NN_<name>.ipynb` and
-# `solutions/NN_<name>.ipynb`, and its exercises, `ddp_helpers/exercises/lessonNN` (a module,
-# or a package of one module per exercise):
+# `solutions/NN_<name>.ipynb`, and its exercises, `ddp_helpers/exercises/lessonNN/` (one
+# module per exercise):
 # a new lesson is one entry here plus those three files.
 LESSONS = {
     "01": "rank_and_world_size",

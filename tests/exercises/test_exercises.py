@@ -16,7 +16,7 @@ import re
 import pytest
 
 from ddp_helpers import i18n
-from ddp_helpers.exercises import LESSONS, exercises_of, lesson01, lesson03, module_name
+from ddp_helpers.exercises import LESSONS, exercises_of, lesson01, lesson03
 from ddp_helpers.exercises._core import RANK_MISTAKES, Exercise, Mistake, Phrase, Wrong
 from kernel_utils import run_cells, stream_text
 
@@ -51,7 +51,7 @@ def test_a_crashing_answer_is_an_error_with_a_short_traceback():
 def test_progress_lists_each_exercise_of_the_notebook_and_its_status():
     *_, outputs = run_cells(
         "from ddp_helpers.exercises import lesson01 as ex\n"
-        "from ddp_helpers.exercises.lesson01 import shard",
+        "from ddp_helpers.exercises.lesson01.shard import shard",
         "def predict_all_reduce():\n"
         "    return 6\n"
         "\n"
@@ -172,15 +172,17 @@ def test_a_mistake_or_hint_without_its_text_fails_when_the_exercise_is_made(
 
 
 def test_a_lessons_module_without_a_mistakes_title_fails_at_import(monkeypatch):
-    # lesson01 as it would be with one title deleted from its MESSAGES, imported afresh.
-    source = inspect.getsource(lesson01)
+    # lesson01's 1.1 as it would be with one title deleted from its MESSAGES, imported afresh.
+    from ddp_helpers.exercises.lesson01 import gpu
+
+    source = inspect.getsource(gpu)
     title = '        "gpu_global.title": "RANK used where LOCAL_RANK belongs",\n'
     assert title in source
-    spec = importlib.util.spec_from_loader(module_name("01"), loader=None)
+    spec = importlib.util.spec_from_loader(gpu.__name__, loader=None)
     broken = importlib.util.module_from_spec(spec)
     monkeypatch.setattr(i18n, "REGISTRY", dict(i18n.REGISTRY))  # it registers its table
     with pytest.raises(LookupError, match="exercise 1.1 has no text for: gpu_global.title"):
-        exec(compile(source.replace(title, ""), lesson01.__file__, "exec"), broken.__dict__)
+        exec(compile(source.replace(title, ""), gpu.__file__, "exec"), broken.__dict__)
 
 
 def test_a_check_raising_a_mistake_it_does_not_declare_is_the_checks_bug():
@@ -203,7 +205,7 @@ def test_hints_are_shown_in_the_order_they_are_named(capsys):
 def test_a_result_is_made_into_text_when_shown_in_the_language_of_that_moment(monkeypatch):
     ja = {
         "exercises.core": {"wrong": "❌ 演習 {id}: まだです。{detail}"},
-        "exercises.lesson01": {"reduce_local": "{got} は呼び出し前の値です。"},
+        "exercises.lesson01.all_reduce": {"reduce_local": "{got} は呼び出し前の値です。"},
     }
     monkeypatch.setattr(i18n, "catalog", lambda language: ja if language == "ja" else {})
     result = lesson01.q3.evaluate(lambda: [1, 2, 3])  # checked in English

@@ -217,7 +217,7 @@ def test_a_feedback_file_for_every_submission(batch):
 def test_feedback_of_a_partly_wrong_submission_says_what_and_hints(batch):
     text = _feedback(batch, f"partly_wrong/{NAMES['01']}")
     assert f"**2 of {len(lesson01.EXERCISES)} points**" in text
-    assert lesson01.MESSAGES["reduce_local"].format(got=[1, 2, 3]) in text
+    assert lesson01.all_reduce.MESSAGES["reduce_local"].format(got=[1, 2, 3]) in text
     assert f"💡 Hint: {lesson01.q3.hints['reduce_sum']}" in text
     assert "not attempted yet" in text  # 1.4 was left as the build's stub
 
@@ -231,12 +231,12 @@ def test_a_japanese_submission_gets_its_feedback_and_gradescope_output_in_japane
     text = _feedback(batch, name)
     tests = {t["name"]: t for t in _gradescope(batch, name)["tests"]}
     with i18n.using("ja"):
-        said = lesson01.MESSAGES["gather_shape"]
+        said = lesson01.all_gather.MESSAGES["gather_shape"]
         hint = FEEDBACK["hint"].format(hint=lesson01.q4.hints["gather_all"])
         title = FEEDBACK["title"].format(name=f"subs/{name}")
     assert said in text and hint in text and title in text
     assert said in tests["1.4 predict_all_gather"]["output"]
-    assert lesson01.MESSAGES["gather_shape"] not in text  # the English one
+    assert lesson01.all_gather.MESSAGES["gather_shape"] not in text  # the English one
     # ... while an English submission's feedback stays English
     assert "Lesson 01 ·" not in text and "Hint:" not in text
     assert "Hint:" in _feedback(batch, f"partly_wrong/{NAMES['01']}")

@@ -16,6 +16,8 @@ import pytest
 
 from ddp_helpers.exercises import lesson01, lesson02
 from ddp_helpers.exercises.answer import Answer
+from ddp_helpers.exercises.lesson01 import all_gather
+from ddp_helpers.exercises.lesson01.shard import shard as reference_shard
 from ddp_helpers.grading.folders import WorkFolders
 from ddp_helpers.grading.worker import scorer
 from ddp_helpers.launcher.pickling import dumps
@@ -83,11 +85,11 @@ def test_an_answer_that_sets_local_rank_does_not_move_where_the_check_looks():
 
 
 def calls_the_reference(n, rank, world_size):
-    return lesson01.shard(n, rank, world_size)
+    return reference_shard(n, rank, world_size)
 
 
 def _rehomed():
-    fn = types.FunctionType(lesson01.shard.__code__, {"math": __import__("math")}, "shard")
+    fn = types.FunctionType(reference_shard.__code__, {"math": __import__("math")}, "shard")
     fn.__module__ = "__main__"  # as in a notebook
     return fn
 
@@ -95,8 +97,8 @@ def _rehomed():
 @pytest.mark.parametrize(
     "answer",
     [
-        lesson01.shard,  # the reference itself
-        functools.partial(lesson01.shard),
+        reference_shard,  # the reference itself
+        functools.partial(reference_shard),
         calls_the_reference,  # a function of the notebook's that calls it
         _rehomed(),  # its code in a function of the notebook's
     ],
@@ -110,13 +112,13 @@ def test_the_course_reference_however_it_got_there_is_from_course(answer):
 
 def test_the_pickle_of_a_reference_names_it_without_being_loaded():
     references = scorer._references()
-    assert scorer.course_global(dumps(functools.partial(lesson01.shard)), references)
-    assert scorer.course_global(dumps(lesson01.shard), references)
+    assert scorer.course_global(dumps(functools.partial(reference_shard)), references)
+    assert scorer.course_global(dumps(reference_shard), references)
     assert not scorer.course_global(dumps(right_shard), references)
     assert not scorer.course_global(b"not a pickle", references)
     # Memoized values that are not strings (a list) come first; the module's name is then
     # fetched from the memo by its index for the second global.
-    later = dumps(([], lesson01._check_gather, lesson01.shard))
+    later = dumps(([], all_gather._check_gather, reference_shard))
     assert scorer.course_global(later, references)
 
 
