@@ -39,8 +39,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from ddp_helpers.paths import ROOT  # the repository, as the package finds it
 
 # What a hosted kernel already holds and must keep: the install may add, never change these.
 KERNEL = ("torch", "ipykernel", "ipython", "jupyter-client", "jupyter-core", "pyzmq", "tornado")

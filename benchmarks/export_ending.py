@@ -22,9 +22,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ddp_helpers.paths import ROOT  # the repository, as the package finds it
+
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path[:0] = [str(HERE), str(ROOT / "tests" / "claims"), str(ROOT)]
+
+sys.path[:0] = [str(HERE), str(ROOT / "tests" / "claims")]
 
 from claims_support import plain_job  # noqa: E402
 from soak import alternate, busy_loops, report, soak_arguments  # noqa: E402

@@ -13,10 +13,10 @@ import os
 import sys
 import time
 from collections import Counter
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+from ddp_helpers.paths import ROOT  # the repository, as the package finds it
+
+sys.path[:0] = [str(ROOT / "tests")]
 
 
 def _leftovers() -> list:

@@ -17,8 +17,7 @@ import os
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
+sys.path[:0] = [str(Path(__file__).resolve().parent)]
 
 from soak import alternate, busy_loops, report, soak_arguments  # noqa: E402
 

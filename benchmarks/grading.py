@@ -19,8 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from ddp_helpers.paths import ROOT  # the repository, as the package finds it
 
 
 def _nbclient_seconds(path: Path) -> float:

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+from ddp_helpers.paths import ROOT  # the repository, as the package finds it
+
+sys.path[:0] = [str(ROOT / "benchmarks")]
 
 from soak import alternate, busy_loops, report, soak_arguments  # noqa: E402
 

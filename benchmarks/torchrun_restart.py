@@ -22,8 +22,9 @@ from pathlib import Path
 
 import psutil
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
+from ddp_helpers.paths import ROOT  # the repository, as the package finds it
+
+sys.path[:0] = [str(Path(__file__).resolve().parent)]
 
 from soak import alternate, report, soak_arguments  # noqa: E402
 

@@ -23,8 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from ddp_helpers.paths import ROOT  # the repository, as the package finds it
 
 WARM_CELL = "from ddp_helpers.launcher import expect_ddp\n\nexpect_ddp()"
 

@@ -8,9 +8,10 @@ in Japanese, its fields filled from the real run (tests/exercises/test_answers.p
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-GLOSSARY = Path(__file__).resolve().parent.parent / "i18n" / "ja" / "glossary.md"
+from ddp_helpers.paths import ROOT  # the repository, as the package finds it
+
+GLOSSARY = ROOT / "i18n" / "ja" / "glossary.md"
 
 JA = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uff01-\uff5e]")  # kana, kanji, full-width
 FUNCTION_WORD = re.compile(r"\b(and|or|of|the)\b")

@@ -17,8 +17,8 @@ from ddp_helpers import i18n
 from ddp_helpers.authoring import translations
 from ddp_helpers.authoring.build import LANGUAGE_TAG, build_lessons
 from ddp_helpers.exercises import NOTEBOOKS, lesson_of_notebook
+from support import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 ENGLISH = sorted((ROOT / "solutions").glob(NOTEBOOKS))
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "ddp_helpers"
+from ddp_helpers.paths import PACKAGE  # the package, as it finds itself
 
 
 def _modules() -> dict[str, tuple[Path, bool]]:

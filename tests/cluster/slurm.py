@@ -122,14 +122,32 @@ def ensure_installed() -> None:
 
 
 def _free_ports(count: int) -> list[int]:
-    """Distinct loopback ports free now (all held open at once, so none is chosen twice)."""
+    """Distinct loopback ports free now, below the kernel's ephemeral range.
+
+    The daemons bind them a moment later. A port the kernel handed out for bind(("", 0))
+    could be handed out again meanwhile, to any of the tests running beside these (the
+    launcher's sockets, kernels, gloo's connections): that once made a slurmd fail with
+    "Address already in use". A port below the range is never handed out so; each is
+    tried (all held open at once, so none is chosen twice)."""
+    import random
+
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    candidates = random.sample(range(max(1024, low - 8000), low), 200)
     with contextlib.ExitStack() as stack:
-        socks = []
-        for _ in range(count):
+        chosen = []
+        for port in candidates:
             s = stack.enter_context(socket.socket())
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            chosen.append(port)
+            if len(chosen) == count:
+                return chosen
+    raise AssertionError(f"no {count} free loopback ports below {low}")
 
 
 def _listen_on_loopback_alone() -> bool:
