@@ -84,6 +84,7 @@ def _prompts(page) -> list[str]:
 
 
 RAN = re.compile(r"^\s*\[\d+\]:\s*$")  # a code cell's prompt once it has run
+NOT_RUN = re.compile(r"^\s*\[ \]:\s*$")  # a code cell's prompt before it was queued
 
 
 def _wait_all_ran(page, count: int, limit: float) -> list[str]:
@@ -110,14 +111,13 @@ def _run_all(page, limit: float = 60, words=WORDS) -> list[str]:
     count = len(_prompts(page))
     _run_menu(page, words["run_all"], words)
     # A click that reached the menu before the page was ready queues nothing: once queued,
-    # a cell's prompt says [*] at once. Then the menu is used again, once.
-    deadline = time.monotonic() + 15
-    while all(p.strip() == "[ ]:" for p in _prompts(page)):
-        if time.monotonic() > deadline:
-            _notebook(page).locator(".jp-Cell").first.click(position={"x": 8, "y": 8})
-            _run_menu(page, words["run_all"], words)
-            break
-        time.sleep(0.25)
+    # the first cell's prompt says [*] at once. Then the menu is used again, once.
+    first = _notebook(page).locator(".jp-CodeCell .jp-InputPrompt").first
+    try:
+        expect(first).not_to_have_text(NOT_RUN, timeout=15_000)
+    except AssertionError:
+        _notebook(page).locator(".jp-Cell").first.click(position={"x": 8, "y": 8})
+        _run_menu(page, words["run_all"], words)
     return _wait_all_ran(page, count, limit)
 
 
@@ -129,13 +129,10 @@ def _run_above(page, text: str) -> None:
     before = _prompts(page)[:above]  # a saved notebook's prompts may be numbered already
     code.nth(above).locator(".jp-InputPrompt").click()  # selects it (its left edge collapses)
     _run_menu(page, "Run All Above Selected Cell")
-    deadline = time.monotonic() + 60
-    while not all(
-        re.fullmatch(r"\[\d+\]:", p.strip()) and p != b
-        for p, b in zip(_prompts(page)[:above], before, strict=True)
-    ):
-        assert time.monotonic() < deadline, f"the cells above were not run: {_prompts(page)}"
-        time.sleep(0.25)
+    prompts = _notebook(page).locator(".jp-CodeCell .jp-InputPrompt")
+    for i, was in enumerate(before):  # each run now: numbered, and not the number it had
+        expect(prompts.nth(i)).to_have_text(RAN, timeout=60_000)
+        expect(prompts.nth(i)).not_to_have_text(was, timeout=60_000)
 
 
 def _wait_whole(page, cells: int) -> None:
