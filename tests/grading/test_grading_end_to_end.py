@@ -27,7 +27,7 @@ from support import ROOT, extra_case_lines, processes_under
 @pytest.fixture(scope="module")
 def batch(tmp_path_factory):
     """Every sample submission but the endless loop graded in one batch, two at a time,
-    in the sandbox (tests/grading/confinement/test_sandbox.py tests what it keeps out).
+    in the sandbox (tests/grading/test_sandbox.py tests what it keeps out).
 
     (The endless loop costs its limit, twice beside others: it is graded on its own below,
     with --no-sandbox.) TMPDIR is short, so that the batch's folder is made in it.
