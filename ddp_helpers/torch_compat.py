@@ -172,18 +172,13 @@ class RendezvousStore(Touchpoint):
         # (`import torch.distributed.rendezvous as m` gives the function of that name.)
         rendezvous = importlib.import_module("torch.distributed.rendezvous")
         original = rendezvous._create_c10d_store
-        loopback, port, world_size, listen_fd = (
-            self.LOOPBACK,
-            rank.port,
-            rank.world_size,
-            rank.listen_fd,
-        )
+        loopback, port, world_size = self.LOOPBACK, rank.port, rank.world_size
 
         def create_store(hostname, port_, rank_, world_size_, timeout, use_libuv=True):
             if hostname not in loopback or world_size_ != world_size:
                 return original(hostname, port_, rank_, world_size_, timeout, use_libuv)
             os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
-            if rank_ == 0 and listen_fd is not None:
+            if rank_ == 0 and rank.listen_fd is not None:
                 return TCPStore(
                     "127.0.0.1",
                     port,
@@ -193,7 +188,7 @@ class RendezvousStore(Touchpoint):
                     wait_for_workers=False,
                     multi_tenant=True,
                     use_libuv=use_libuv,
-                    master_listen_fd=os.dup(listen_fd),  # the store closes what it is given
+                    master_listen_fd=os.dup(rank.listen_fd),  # the store closes what it is given
                 )
             return TCPStore(
                 "127.0.0.1", port, world_size, is_master=False, timeout=timeout, use_libuv=use_libuv
