@@ -91,3 +91,17 @@ def read_tail(path, limit: int) -> bytes:
         size = os.fstat(f.fileno()).st_size
         f.seek(max(0, size - limit))
         return f.read(limit)
+
+
+def remove_tree(path) -> bool:
+    """Remove a folder and what it holds, never following a link and never raising; True
+    once it is gone. (Provisional: replaced by the iterative remover.)"""
+    import shutil
+
+    try:
+        shutil.rmtree(path)
+    except FileNotFoundError:
+        return True
+    except (OSError, RecursionError):
+        return False
+    return True

@@ -16,6 +16,7 @@ REAP_WAIT = 5.0
 PIPE_WAIT = 10.0
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
 _PR_SET_NAME = 15
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -45,6 +46,13 @@ def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> None:
     _prctl(_PR_SET_PDEATHSIG, sig)
     if os.getppid() != parent_pid:  # the parent died before the signal was armed
         os._exit(70)
+
+
+def undumpable() -> None:
+    """No other process of this user may read this one's memory or open its fds through
+    /proc, nor trace it (the grader's own processes, beside a learner's ranks run as the
+    same user without the sandbox); root keeps CAP_SYS_PTRACE. Reset by execve."""
+    _prctl(_PR_SET_DUMPABLE, 0)
 
 
 def set_process_name(name: str) -> None:

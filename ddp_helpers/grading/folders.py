@@ -24,9 +24,12 @@ class WorkFolders:
     root: str
 
     @classmethod
-    def make(cls) -> WorkFolders:
-        """A new root in TMPDIR (the batch's folder), with its box and the box's folders."""
+    def make(cls, disk=None) -> WorkFolders:
+        """A new root in TMPDIR (the batch's folder), with its box and the box's folders;
+        on `disk`'s tmpfs where it has one (confinement/disk.py)."""
         folders = cls(tempfile.mkdtemp(prefix="ddp-grade-"))
+        if disk is not None:
+            disk.mount(folders.root)
         os.mkdir(folders.box, 0o700)
         for name in _BOX_FOLDERS:
             os.mkdir(os.path.join(folders.box, name), 0o700)

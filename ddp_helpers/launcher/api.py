@@ -114,11 +114,14 @@ def _new_run(work: Call | Cell, options: Options, daemon: bool = False) -> Run:
         os.environ, options.nprocs, placement.backend, _cpu_count(), _loopback_interface()
     )
     # The rendezvous socket: bound to loopback and listening before any rank starts,
-    # held until the run ends (rank 0 serves the store on it), so no port race.
-    store_socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    store_socket.bind((MASTER_ADDR, 0))
-    store_socket.listen(128)
-    port = store_socket.getsockname()[1]
+    # held until the run ends (rank 0 serves the store on it), so no port race. A confined
+    # zygote binds it on its own loopback instead (port 0 asks it to).
+    store_socket, port = None, 0
+    if not zygote.binds_store:
+        store_socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        store_socket.bind((MASTER_ADDR, 0))
+        store_socket.listen(128)
+        port = store_socket.getsockname()[1]
     request = LaunchRequest(
         id=run_id,
         work=work,
@@ -131,7 +134,6 @@ def _new_run(work: Call | Cell, options: Options, daemon: bool = False) -> Run:
         sys_path=list(sys.path),
         sources=cell_sources(),
         master_port=port,
-        zygote_pid=zygote.proc.pid,
         compat=zygote.compat,
         daemon=daemon,
     )
@@ -139,7 +141,8 @@ def _new_run(work: Call | Cell, options: Options, daemon: bool = False) -> Run:
     try:
         run.start(store_socket)
     finally:
-        store_socket.close()
+        if store_socket is not None:
+            store_socket.close()
     return run
 
 

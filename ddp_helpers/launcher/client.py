@@ -39,9 +39,13 @@ class ZygoteClient:
         """`fork_fails_at`: for the tests, a rank that no launch can fork (Zygote's)."""
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         env = with_this_package(zygote_environment(os.environ))
-        argv = [sys.executable, "-m", "ddp_helpers.launcher.zygote", str(child.fileno())]
+        argv = [*_confined_by, sys.executable, "-m", "ddp_helpers.launcher.zygote"]
+        argv.append(str(child.fileno()))
         if fork_fails_at is not None:
             argv.append(str(fork_fails_at))
+        # Confined, the zygote and its ranks have a loopback of their own: the store's
+        # socket is bound there, by the zygote (LaunchRequest.master_port 0).
+        self.binds_store = bool(_confined_by)
         try:
             self.proc = subprocess.Popen(
                 argv,
@@ -122,6 +126,7 @@ class ZygoteClient:
 
 _zygote: ZygoteClient | None = None
 _lock = threading.Lock()
+_confined_by: tuple[str, ...] = ()  # the command every zygote starts under (confine())
 _ddp_expected = False  # expect_ddp() was called: every zygote of this kernel warms up
 
 
@@ -186,6 +191,14 @@ def expect_ddp() -> None:
     zygote = _zygote
     if zygote is not None and zygote.alive():
         zygote.expect_ddp()
+
+
+def confine(command: list[str]) -> None:
+    """Start every zygote of this process under `command` (the grader's scorer: inside the
+    submission's sandbox and limits, so that the ranks running a learner's answers cannot
+    see the process that judges them). Call before the first launch."""
+    global _confined_by
+    _confined_by = tuple(command)
 
 
 def shutdown() -> None:

@@ -68,8 +68,7 @@ class LaunchRequest:
     cwd: str
     sys_path: list[str]
     sources: dict[str, list[str]]  # the notebook's cells, for the ranks' tracebacks
-    master_port: int  # the port of the listening socket rank 0 is given
-    zygote_pid: int  # a rank dies with this process
+    master_port: int  # the port of the listening socket rank 0 is given (0: the zygote binds one)
     compat: dict[str, Reason | None]  # the zygote's torch self-checks (torch_compat.check)
     daemon: bool = False  # spawn(daemon=True): ranks are daemonic, as multiprocessing's
 
@@ -148,6 +147,7 @@ class BecomeRank:
 
     request: LaunchRequest
     rank: int
+    zygote: int  # the zygote's pid as the rank sees it (it may be in a PID namespace of its own)
 
 
 # ---------------------------------------------------------------- rank -> kernel

@@ -66,9 +66,10 @@ def _error_message(exc: BaseException, message: str | None = None) -> RankError:
     )
 
 
-def _setup_process(req: LaunchRequest, rank: int, fds: tuple[int, ...]) -> tuple:
+def _setup_process(task: BecomeRank, fds: tuple[int, ...]) -> tuple:
+    req, rank = task.request, task.rank
     out_fd, err_fd, ctl_fd, stk_fd, *store_fd = fds
-    die_with_parent(req.zygote_pid)
+    die_with_parent(task.zygote)
     set_process_name(f"ddp-rank-{rank}")
     try:
         os.setpgid(0, 0)  # own group, so the launcher can stop this rank's own children too
@@ -158,7 +159,7 @@ def run_rank(task: BecomeRank, fds: tuple[int, ...]) -> None:
     code = 70
     try:
         task = expect(task, BecomeRank, sender="the zygote")
-        ctl_fd, stack_file, main = _setup_process(task.request, task.rank, fds)
+        ctl_fd, stack_file, main = _setup_process(task, fds)
     except BaseException as exc:  # the launcher's own fault: still say what happened
         try:
             write_message(fds[2], _error_message(exc))
@@ -175,19 +176,19 @@ def run_rank(task: BecomeRank, fds: tuple[int, ...]) -> None:
             sys.stderr.flush()
         except Exception:
             pass
-        _ask_for_the_warm_up(task.request, cold)
+        _ask_for_the_warm_up(task.zygote, cold)
         if task.rank == 0 and task.request.nprocs > 1:
             _leave_last()
         os._exit(code)
 
 
-def _ask_for_the_warm_up(req: LaunchRequest, cold: list[str]) -> None:
+def _ask_for_the_warm_up(zygote: int, cold: list[str]) -> None:
     """This rank imported what its zygote lacks (it built a DDP model): WARM tells the
     zygote, which imports it once idle, so that the next launches' ranks need not."""
     # Its parent, still: a zygote that is gone may have left its pid to another process.
-    if any(name in sys.modules for name in cold) and os.getppid() == req.zygote_pid:
+    if any(name in sys.modules for name in cold) and os.getppid() == zygote:
         try:
-            os.kill(req.zygote_pid, WARM)
+            os.kill(zygote, WARM)
         except OSError:  # the zygote is gone: nothing to warm
             pass
 

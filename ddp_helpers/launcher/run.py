@@ -163,7 +163,8 @@ class Run:
     # -- start
 
     def start(self, listen_socket) -> None:
-        """Fork the ranks (through the zygote), each with its pipes; rank 0 gets the socket."""
+        """Fork the ranks (through the zygote), each with its pipes; rank 0 gets the socket
+        (the store's, bound here, or by a confined zygote where it is None)."""
         child_ends = []
         try:
             for state in self.ranks:
@@ -173,7 +174,8 @@ class Run:
                     self.fds[r] = (state.record.rank, kind)
                     self.sel.register(r, selectors.EVENT_READ)
                     child_ends.append(w)
-            child_ends.append(listen_socket.detach())
+            if listen_socket is not None:  # None: the zygote binds it (a confined one)
+                child_ends.append(listen_socket.detach())
             self.zygote.send(self.req, child_ends)
         except BaseException:
             self._close_fds()

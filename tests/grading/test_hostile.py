@@ -18,6 +18,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -25,7 +26,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from fixtures.submissions import INJECTED_NAMES, make_hostile_corpus
+from fixtures.submissions import INJECTED_NAMES, IPC_KEY, SHM_NAME, make_hostile_corpus
 from grading_common import left_running, tmpdir_of
 from markdown_it import MarkdownIt
 
@@ -97,9 +98,21 @@ def _everything_written(tmp: Path) -> dict[str, str]:
     return {str(path.relative_to(tmp)): path.read_text() for path in files}
 
 
+def _ipc_left() -> list[str]:
+    """What IPC_LEFT leaves where a notebook can leave it: its SysV segment, its /dev/shm file."""
+    left = []
+    with open("/proc/sysvipc/shm") as f:
+        if any(line.split()[0] == str(IPC_KEY) for line in f.readlines()[1:]):
+            left.append(f"SysV segment {IPC_KEY:#x}")
+    if os.path.exists(f"/dev/shm/{SHM_NAME}"):
+        left.append(f"/dev/shm/{SHM_NAME}")
+    return left
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     """The corpus graded in the sandbox, with the limits, every output asked for."""
+    assert _ipc_left() == [], "left by an earlier run: remove it (ipcrm -M, rm) first"
     tmp = tmp_path_factory.mktemp("hostile")
     secret, target = _outside(tmp)
     kinds = make_hostile_corpus(tmp / "corpus", secret, target)
@@ -116,6 +129,7 @@ def corpus(tmp_path_factory):
         "written": _everything_written(tmp),
         "target": target.read_text(),
         "left": left_running(tmp),
+        "ipc_left": _ipc_left(),
     }
 
 
@@ -205,14 +219,17 @@ def unboxed(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("unboxed")
     secret, target = _outside(tmp)
     make_hostile_corpus(tmp / "corpus", secret, target)
-    subs = [f"corpus/{name}" for name in ("log_links", "log_specials")]
-    run, _ = _graded_watched([*subs, "--no-sandbox", *OUTPUTS], tmp)
+    assert _ipc_left() == [], "left by an earlier run: remove it (ipcrm -M, rm) first"
+    names = ("log_links", "log_specials", "scorer_forger", "ipc_left")
+    run, _ = _graded_watched([*(f"corpus/{n}" for n in names), "--no-sandbox", *OUTPUTS], tmp)
     assert run.returncode == 0, run.stderr
     return {
         "rows": _rows(tmp),
         "written": _everything_written(tmp),
+        "feedback": {p.name.split("__")[1]: p.read_text() for p in (tmp / "fb").iterdir()},
         "target": target.read_text(),
         "left": left_running(tmp),
+        "ipc_left": _ipc_left(),
     }
 
 
@@ -224,3 +241,67 @@ def test_without_the_sandbox_the_grader_still_follows_no_link_it_was_left(unboxe
     assert (rows["log_links"]["status"], rows["log_links"]["points"]) == ("error", "4")
     assert rows["log_specials"]["status"] == "error"  # a FIFO and /dev/zero: no hang
     assert unboxed["left"] == []
+
+
+# ---------------------------------------------------------------- issue 48: out of reach
+
+
+def _reported(feedback: str, mark: str) -> str:
+    """What an answer raised as `mark` + text, as the feedback shows its exception."""
+    found = re.findall(re.escape(mark) + r" ([^\n`]*)", feedback)
+    assert found, feedback
+    return found[-1]
+
+
+def test_a_rank_sees_signals_and_opens_nothing_of_the_grader(corpus):
+    row = corpus["rows"]["scorer_survey"]
+    assert (row["1.2 shard mistake"], row["points"]) == ("error", "0")
+    reached = json.loads(_reported(corpus["feedback"]["scorer_survey"], "REACHED"))
+    # It looked, and found its own: the helper that forks the check's ranks.
+    assert any("launcher.zygote" in cmd for cmd in reached["seen"]), reached
+    for what in ("seen", "opened", "signalled"):
+        graders = [c for c in reached[what] if "grading" in c or " grade " in c]
+        assert graders == [], (what, reached[what])
+
+
+def test_forged_lines_and_a_killed_grader_score_nothing(corpus):
+    row = corpus["rows"]["scorer_forger"]
+    assert row["points"] == "0", row
+    assert row["1.3 predict_all_reduce mistake"] == "error", row  # its own ranks broken
+    for column in ("1.1 gpu_for_this_rank", "1.2 shard", "1.4 predict_all_gather"):
+        assert row[f"{column} mistake"] == "missing", row
+
+
+def test_without_the_sandbox_a_line_that_is_not_the_scorers_is_refused(unboxed):
+    row = unboxed["rows"]["scorer_forger"]  # it reached its scorer, as root can
+    assert row["points"] == "0", row
+    assert row["1.3 predict_all_reduce mistake"] in ("error", "check_bad_line", "check_died")
+    assert unboxed["left"] == []
+
+
+def test_a_message_of_another_shape_from_the_kernel_is_the_submissions_error(corpus):
+    assert corpus["rows"]["malformed_message"]["status"] == "error"
+    assert "that the Jupyter protocol does not allow" in corpus["feedback"]["malformed_message"]
+
+
+def test_a_cell_too_large_to_run_is_named_as_such(corpus):
+    assert corpus["rows"]["big_cell"]["status"] == "error"
+    feedback = corpus["feedback"]["big_cell"]
+    assert "is 20.0M long, over the 16M the grader runs in one cell" in feedback
+    assert "Print less" not in feedback
+
+
+@pytest.mark.parametrize("name", ["disk_deep", "disk_fast", "disk_filler"])
+def test_the_disk_limit_holds_past_path_max_and_at_any_speed(corpus, name):
+    """How much each wrote before the kernel refused: tests/grading/test_disk.py (here the
+    grader stops the notebook as soon as its disk is full, before it could say)."""
+    row, feedback = corpus["rows"][name], corpus["feedback"][name]
+    assert row["status"] == "error"
+    assert "its disk limit of 64M" in feedback
+
+
+@pytest.mark.parametrize("mode", ["corpus", "unboxed"])
+def test_ipc_objects_and_shared_memory_files_end_with_the_submission(mode, request):
+    graded = request.getfixturevalue(mode)
+    assert graded["rows"]["ipc_left"]["status"] == "ok"  # it ran, and made both
+    assert graded["ipc_left"] == []

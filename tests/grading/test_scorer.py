@@ -210,13 +210,18 @@ def test_an_answers_file_the_notebook_replaced_is_not_loaded(tmp_path, capfd):
 # ---------------------------------------------------------------- what the worker takes
 
 
+SEAL = "5eal"  # what the worker gave the scorer on its stdin
+
+
 def _lines(tmp_path, lines: list, code: int = 0, limits=30, pause: float = 0.0):
     """_read_scores over a process that writes these lines for lesson 01, then exits; it
     works `pause` seconds after each start it writes (a check that takes that long)."""
     from ddp_helpers.exercises import exercises_of
 
     read_fd, write_fd = os.pipe()
-    text = "".join(line if isinstance(line, str) else json.dumps(line) + "\n" for line in lines)
+    text = "".join(
+        line if isinstance(line, str) else f"{SEAL} {json.dumps(line)}\n" for line in lines
+    )
     (tmp_path / "lines").write_text(text)
     script = (
         "import os, sys, time\n"
@@ -233,7 +238,7 @@ def _lines(tmp_path, lines: list, code: int = 0, limits=30, pause: float = 0.0):
     results: dict = {}
     asked = {ex.id: ex for ex in exercises_of("01")}
     try:
-        outcome = scorer._read_scores(proc, read_fd, limits, results, asked)
+        outcome = scorer._read_scores(proc, read_fd, limits, results, asked, seal=SEAL.encode())
     finally:
         os.close(read_fd)
         proc.kill()
@@ -286,10 +291,38 @@ def _done(ex_id, **fields):
             + [{"event": "start", "id": "1.1"}],
             "out of turn",
         ),  # scored twice
-        (["not json\n"], "not JSON"),
+        ([f"{SEAL} not json\n"], "not JSON"),
+        ([f"{SEAL} " + "[" * 100_000 + "\n"], "not JSON"),  # past the recursion limit
         (["x" * (scorer.LINE_LIMIT + 10)], "over"),
+        ([json.dumps(_done("1.1", status="correct", mistake=None)) + "\n"], "seal"),
+        (["0000 " + json.dumps({"event": "start", "id": "1.1"}) + "\n"], "seal"),
+        ([{"event": "start", "id": ["1.1"]}], "no exercise"),  # unhashable: no TypeError
+        ([{"event": "start", "id": {"a": 1}}], "no exercise"),
+        ([{"event": "start", "id": "1.1"}, _done("1.1", status=["correct"])], "status of type"),
+        ([{"event": "start", "id": "1.1"}, _done("1.1", mistake={"k": 1})], "mistake of type"),
+        ([{"event": "start", "id": "1.1"}, _done("1.1", mistake="gpu_type", hidden=[1])], "hidden"),
+        ([{"event": "start", "id": "1.1"}, _done("1.1", mistake="gpu_type", fields=[1])], "fields"),
+        ([["start", "1.1"]], "no exercise"),
     ],
-    ids=["done first", "not asked", "unknown mistake", "bad status", "twice", "json", "long"],
+    ids=[
+        "done first",
+        "not asked",
+        "unknown mistake",
+        "bad status",
+        "twice",
+        "json",
+        "deep json",
+        "long",
+        "unsealed",
+        "wrong seal",
+        "id a list",
+        "id a dict",
+        "status a list",
+        "mistake a dict",
+        "hidden a list",
+        "fields a list",
+        "a list",
+    ],
 )
 def test_a_scorer_line_the_grader_does_not_take_stops_that_scorer(tmp_path, lines, why):
     (where, kind, text), _ = _lines(tmp_path, lines)

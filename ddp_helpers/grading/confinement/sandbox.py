@@ -112,6 +112,8 @@ MESSAGES = messages(
         ),
         "disk_bytes": "{size} written",
         "disk_files": "more than {count} files",
+        "disk_full": "its folders were full, and writes past them failed",
+        "disk_hidden": "files it made where the grader could not measure them: {error}",
     },
 )
 
@@ -325,9 +327,10 @@ class Cage:
     """One submission's confinement: its cgroups, the command that starts a process in it,
     what it may write (its box: folders.py), and which limit (if any) it ran into."""
 
-    def __init__(self, conf: Confinement, folders: WorkFolders, name: str | None = None):
+    def __init__(self, conf: Confinement, folders: WorkFolders, name: str | None = None, disk=None):
         self.conf = conf
         self.folders = folders
+        self.disk = disk  # disk.Disk: the tmpfs its folders are on, or None: measured
         self.watched_hit: tuple[str, str] | None = None  # a limit this process found
         self._next_measure = 0.0
         self.dirs: dict[str, Path] = conf.limits.folders(name or cgroup_name())
@@ -342,23 +345,31 @@ class Cage:
         folders = self.folders
         return submission_environment(os.environ, self.conf, folders.home, folders.tmp)
 
-    def command(self, argv: list[str], cwd: str, read_only: Iterable[str] = ()) -> list[str]:
+    def command(
+        self, argv: list[str], cwd: str, read_only: Iterable[str] = (), writable: Iterable[str] = ()
+    ) -> list[str]:
         """argv, started inside the cage: in its cgroups, under its rlimits, in bwrap (which
-        shows it the files `read_only` too: the kernel's connection file)."""
+        shows it the files `read_only` too: the kernel's connection file; and the folders
+        `writable` beside its box: the checks' own)."""
         confine = [sys.executable, "-P", "-m", "ddp_helpers.grading.confinement.confine"]
         for path in set(self.dirs.values()):
             confine += ["--cgroup", str(path)]
         confine += self.conf.limits.confine_args(self.conf.memory)
         confine += ["--fsize", str(self.conf.disk)]  # no one file past the disk limit
-        inner = self._bwrap(argv, cwd, read_only) if self.conf.sandbox else argv
+        inner = self._bwrap(argv, cwd, read_only, writable) if self.conf.sandbox else argv
         return [*confine, "--", *inner]
 
-    def _bwrap(self, argv: list[str], cwd: str, read_only: Iterable[str]) -> list[str]:
+    def _bwrap(
+        self, argv: list[str], cwd: str, read_only: Iterable[str], writable: Iterable[str]
+    ) -> list[str]:
         box = self.folders.box
         args = [shutil.which("bwrap") or "bwrap"]
         args += ["--unshare-all", "--cap-drop", "ALL", "--die-with-parent", "--new-session"]
         args += ["--proc", "/proc", "--dev", "/dev", "--bind", self.folders.shm, "/dev/shm"]
-        args += [*tmpfs_size(self.conf.disk), "--tmpfs", "/tmp"]
+        if self._on_tmpfs:  # one disk for all it writes: /tmp is a folder of its box
+            args += ["--bind", self.folders.tmp, "/tmp"]
+        else:
+            args += [*tmpfs_size(self.conf.disk), "--tmpfs", "/tmp"]
         for system in ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin"):
             args += ["--ro-bind-try", system, system]
         for name in ("passwd", "group", "hosts", "nsswitch.conf", "localtime", "ld.so.cache"):
@@ -366,10 +377,16 @@ class Cage:
         for path in _python_paths():
             args += ["--ro-bind", path, path]
         args += ["--bind", box, box]  # the one folder it writes: the grader's are beside it
+        for path in writable:  # each a mount point inside: no process in it can replace it
+            args += ["--bind", path, path]
         for path in read_only:
             args += ["--ro-bind", path, path]
         args += ["--remount-ro", "/", "--chdir", cwd]
         return [*args, "--", *argv]
+
+    @property
+    def _on_tmpfs(self) -> bool:
+        return self.disk is not None and self.disk.root is not None
 
     def exit_code(self, code: int) -> int:
         """A process's exit code as subprocess would give it without bubblewrap in between
@@ -407,15 +424,20 @@ class Cage:
         """The disk limit, if the box and the logs are past it: measured on every tick of
         the watch while that is cheap (a few ms for a lesson's files), less often when a
         walk takes longer (many files), so that the measure costs at most 1/20 of a core."""
+        if self._on_tmpfs:  # the kernel holds it to the size: statvfs says if it filled
+            return ("disk", MESSAGES["disk_full"]) if self.disk.watch() else None
         started = time.monotonic()
         if not now and started < self._next_measure:
             return None
-        used, files = disk_used([self.folders.box], self.folders.logs, FILES)
+        try:
+            used, files = disk_used(self.folders.root, FILES)
+        except OSError as exc:  # what it cannot measure counts as over the limit
+            return "disk", MESSAGES["disk_hidden"].format(error=exc.strerror or exc)
         self._next_measure = started + 20 * (time.monotonic() - started)
         if files > FILES:
             return "disk", MESSAGES["disk_files"].format(count=FILES)
         if used >= self.conf.disk:
-            return "disk", MESSAGES["disk_bytes"].format(size=_shown_size(used))
+            return "disk", MESSAGES["disk_bytes"].format(size=shown_size(used))
         return None
 
     def hit(self, memory_errors: int = 0) -> tuple[str, str] | None:
@@ -430,7 +452,7 @@ class Cage:
         if which == "memory":
             return MESSAGES["memory_hit"].format(limit=format_size(self.conf.memory), how=how)
         if which == "disk":
-            return MESSAGES["disk_hit"].format(limit=_shown_size(self.conf.disk), how=how)
+            return MESSAGES["disk_hit"].format(limit=shown_size(self.conf.disk), how=how)
         return MESSAGES["tasks_hit"].format(limit=self.conf.tasks, how=how)
 
     def close(self, within: float) -> bool:
@@ -442,18 +464,17 @@ class Cage:
 FILES = 10_000  # files and folders a submission may make (each costs the measure time)
 
 
-def disk_used(folders: Iterable[str], files: Iterable[str], most: int) -> tuple[int, int]:
-    """(bytes on disk, entries) of everything in `folders` and the `files` beside them;
-    links not followed; the count stops a little past `most` (the walk must stay cheap)."""
-    used, entries, stack = 0, 0, list(folders)
-    for path in files:
-        with contextlib.suppress(OSError):
-            used += os.lstat(path).st_blocks * 512
+def disk_used(folder: str, most: int) -> tuple[int, int]:
+    """(bytes on disk, entries) of everything in `folder`, links not followed; the count
+    stops a little past `most` (the walk must stay cheap). An entry it cannot measure (a
+    path past PATH_MAX, a folder it may not read) raises its OSError: a submission's file
+    hidden from the walk is no file that costs nothing. One removed meanwhile is skipped."""
+    used, entries, stack = 0, 0, [folder]
     while stack and entries <= most:
-        with contextlib.suppress(OSError), os.scandir(stack.pop()) as it:
+        with contextlib.suppress(FileNotFoundError), os.scandir(stack.pop()) as it:
             for entry in it:
                 entries += 1
-                with contextlib.suppress(OSError):
+                with contextlib.suppress(FileNotFoundError):
                     st = entry.stat(follow_symlinks=False)
                     used += st.st_blocks * 512
                     if entry.is_dir(follow_symlinks=False):
@@ -461,7 +482,7 @@ def disk_used(folders: Iterable[str], files: Iterable[str], most: int) -> tuple[
     return used, entries
 
 
-def _shown_size(size: int) -> str:
+def shown_size(size: int) -> str:
     """'1G', '64M', '70.3M': a size for a message."""
     exact = format_size(size)
     return exact if not exact.endswith("bytes") else f"{size / (1 << 20):.1f}M"

@@ -35,7 +35,9 @@ def strip_ansi(text: str) -> str:
     return _ANSI.sub("", text)
 
 
-def start_logged(argv: list[str], cwd: str, env: dict, log_path: str, pass_fds=()):
+def start_logged(
+    argv: list[str], cwd: str, env: dict, log_path: str, pass_fds=(), stdin=subprocess.DEVNULL
+):
     """A process of the submission's, in a session of its own, its output to a log file
     (the grader's, out of the box: see folders.py; opened as files.py opens one, and where
     that is not a regular file any more, to nowhere: the log only ever helps to debug)."""
@@ -49,7 +51,7 @@ def start_logged(argv: list[str], cwd: str, env: dict, log_path: str, pass_fds=(
             cwd=cwd,
             env=env,
             pass_fds=pass_fds,
-            stdin=subprocess.DEVNULL,
+            stdin=stdin,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -62,12 +64,39 @@ class KernelDied(Exception):
     pass
 
 
-class OutputTooBig(Exception):
+class BrokenChannel(Exception):
+    """The grader stopped talking to the kernel, for what the notebook did to the channel."""
+
+
+class OutputTooBig(BrokenChannel):
     """The kernel sent a message part over MAX_MESSAGE: the grader dropped it, and stops."""
 
 
-class Tampered(Exception):
+class Tampered(BrokenChannel):
     """The notebook replaced one of the kernel's sockets, which the grader connects to."""
+
+
+class Malformed(BrokenChannel):
+    """The kernel sent a message the Jupyter protocol does not allow (a notebook's code runs
+    in the kernel and can send any): what was wrong with it, in English words."""
+
+
+def _message(get, timeout: float) -> tuple[str | None, str, dict]:
+    """The next message of a channel as (its parent's msg_id, its type, its content),
+    each checked for its shape; queue.Empty if none came, Malformed if it is not one."""
+    try:
+        msg = get(timeout=timeout)
+    except queue.Empty:
+        raise
+    except Exception as exc:  # noqa: BLE001 - jupyter_client's parse of what the notebook sent
+        raise Malformed(f"unreadable ({type(exc).__name__})") from None
+    if not isinstance(msg, dict):
+        raise Malformed(f"a {type(msg).__name__}, not a message")
+    parent, kind, content = msg.get("parent_header"), msg.get("msg_type"), msg.get("content")
+    if not isinstance(parent, dict) or not isinstance(content, dict) or type(kind) is not str:
+        raise Malformed("a parent header, type or content of the wrong kind")
+    msg_id = parent.get("msg_id")
+    return (msg_id if type(msg_id) is str else None), kind, content
 
 
 def _capped_context():
@@ -175,17 +204,18 @@ class Kernel:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"no answer within {limit:g} s")
 
-    def _reply(self, get, msg_id: str) -> dict | None:
+    def _reply(self, get, msg_id: str) -> tuple[str, dict] | None:
+        """(type, content) of the first message answering msg_id, within a probe's wait."""
         end = time.monotonic() + TICKS.probe
         while time.monotonic() < end:
             try:
-                msg = get(timeout=TICKS.reply)
+                parent, kind, content = _message(get, TICKS.reply)
             except queue.Empty:
                 if self.proc.poll() is not None:
                     return None
                 continue
-            if msg["parent_header"].get("msg_id") == msg_id:
-                return msg
+            if parent == msg_id:
+                return kind, content
         return None
 
     def _shell_ready(self, deadline: float) -> bool:
@@ -193,10 +223,11 @@ class Kernel:
 
     def _iopub_ready(self, deadline: float) -> bool:
         msg_id = self.client.execute("", silent=True, store_history=False)
-        msg = self._reply(self.client.get_iopub_msg, msg_id)
-        if msg is None:
+        reply = self._reply(self.client.get_iopub_msg, msg_id)
+        if reply is None:
             return False
-        if msg["msg_type"] != "status" or msg["content"].get("execution_state") != "idle":
+        kind, content = reply
+        if kind != "status" or content.get("execution_state") != "idle":
             self._wait_idle(msg_id, deadline, [])
         return True
 
@@ -216,12 +247,11 @@ class Kernel:
 
         def idle(wait: float) -> bool:
             try:
-                msg = self.client.get_iopub_msg(timeout=wait)
+                parent, kind, content = _message(self.client.get_iopub_msg, wait)
             except queue.Empty:
                 return False
-            if msg["parent_header"].get("msg_id") != msg_id:
+            if parent != msg_id:
                 return False
-            kind, content = msg["msg_type"], msg["content"]
             if kind == "error" and not errors:  # the first is the one reported
                 errors.append(capped_error(content))
             return kind == "status" and content.get("execution_state") == "idle"

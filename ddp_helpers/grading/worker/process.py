@@ -14,20 +14,36 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import sys
 import time
 
 from ... import i18n
+from ...files import remove_tree
 from ...i18n import messages
-from ...procs import Reaper, become_subreaper, die_with_parent, kill_descendants
+from ...procs import Reaper, become_subreaper, die_with_parent, kill_descendants, undumpable
 from ..budget import TimeBudget
-from ..confinement.sandbox import CGROUP_NAME_ENV, Cage, Confinement, format_size
+from ..confinement.disk import Disk
+from ..confinement.sandbox import (
+    CGROUP_NAME_ENV,
+    FILES,
+    Cage,
+    Confinement,
+    format_size,
+    shown_size,
+)
 from ..folders import WorkFolders
 from ..orchestration.submissions import code_sources, language_of
 from ..results import Event, Outcome, Status
-from .kernel import MAX_MESSAGE, Kernel, KernelDied, OutputTooBig, Tampered, error_text
+from .kernel import (
+    MAX_MESSAGE,
+    BrokenChannel,
+    Kernel,
+    KernelDied,
+    Malformed,
+    OutputTooBig,
+    error_text,
+)
 from .scorer import score
 
 MESSAGES = messages(
@@ -59,6 +75,16 @@ MESSAGES = messages(
             "While running code cell {cell} (`{first_line}`) the notebook replaced the socket "
             "`{socket}` that the grader talks to its kernel through; the notebook was stopped "
             "there."
+        ),
+        "malformed": (
+            "While running code cell {cell} (`{first_line}`) the notebook's kernel sent the "
+            "grader a message that the Jupyter protocol does not allow: code in the notebook "
+            "wrote to the kernel's own channels. The notebook was stopped there."
+        ),
+        "cell_too_big": (
+            "Code cell {cell} (`{first_line}`) is {size} long, over the {limit} the grader "
+            "runs in one cell (the kernel sends a cell's code back whole); the notebook was "
+            "stopped there. Keep data in files, not in a cell's code."
         ),
     },
 )
@@ -113,7 +139,7 @@ def run_notebook(
     try:
         try:
             kernel.wait_ready(budget.kernel_start)
-        except (KernelDied, TimeoutError, OutputTooBig, Tampered) as exc:
+        except (KernelDied, TimeoutError, BrokenChannel) as exc:
             text = MESSAGES["kernel_start"].format(why=exc, log=kernel.log_tail())
             return Status.ERROR, [Event("kernel", text)], time.monotonic() - started
         deadline = time.monotonic() + budget.notebook
@@ -135,19 +161,24 @@ def _run_cell(
     """One cell, then the answers taken out: (the status the notebook stops with, or None
     to go on; what happened)."""
     number = where["cell"]
+    size = _echoed_size(source)
+    if size > MAX_MESSAGE:  # its echo (execute_input) would be dropped: say what it was
+        limit, shown = format_size(MAX_MESSAGE), shown_size(size)
+        text = MESSAGES["cell_too_big"].format(size=shown, limit=limit, **where)
+        return Status.ERROR, [Event("cell_too_big", text, cell=number)]
     try:
         error = kernel.execute(source, deadline)
     except TimeoutError as exc:
         error = kernel.interrupt(exc.args[0], budget.interrupt_grace)
         text = MESSAGES["timeout"].format(limit=budget.notebook, **where)
         if error is not None:  # the kernel came back: what it defined still counts
-            with contextlib.suppress(TimeoutError, KernelDied, OutputTooBig, Tampered):
+            with contextlib.suppress(TimeoutError, KernelDied, BrokenChannel):
                 kernel.execute(probe, time.monotonic() + budget.probe, silent=True)
         return Status.TIMEOUT, [Event("timeout", text, error_text(error) if error else "", number)]
     except KernelDied as exc:
         text = MESSAGES["died"].format(how=exc, **where)
         return Status.ERROR, [Event("died", text, kernel.log_tail(), number)]
-    except (OutputTooBig, Tampered) as exc:
+    except BrokenChannel as exc:
         return Status.ERROR, [_broken_channel(exc, where, number)]
     events = []
     if error is not None:
@@ -157,7 +188,7 @@ def _run_cell(
         events.append(Event("cell_error", text, error_text(error), number, name=error["ename"]))
     try:
         kernel.execute(probe, max(deadline, time.monotonic() + budget.probe), silent=True)
-    except (OutputTooBig, Tampered) as exc:
+    except BrokenChannel as exc:
         return Status.ERROR, [*events, _broken_channel(exc, where, number)]
     except (TimeoutError, KernelDied) as exc:
         # Taking the answers out ran the notebook's objects' pickling code: it hung or ended
@@ -169,12 +200,21 @@ def _run_cell(
     return None, events
 
 
+def _echoed_size(source: str) -> int:
+    """Bytes of the message in which the kernel sends a cell's code back (execute_input):
+    its code as jupyter_client packs it, and room for the headers."""
+    packed = json.dumps(source, ensure_ascii=False).encode("utf8", errors="surrogateescape")
+    return len(packed) + (4 << 10)
+
+
 def _broken_channel(exc: Exception, where: dict, cell: int) -> Event:
     """The event of a kernel the grader stopped talking to: a message too big, a socket
     replaced."""
     if isinstance(exc, OutputTooBig):
         text = MESSAGES["too_big"].format(limit=format_size(MAX_MESSAGE), **where)
         return Event("too_big", text, cell=cell)
+    if isinstance(exc, Malformed):
+        return Event("malformed", MESSAGES["malformed"].format(**where), str(exc), cell)
     return Event("tampered", MESSAGES["tampered"].format(socket=exc, **where), cell=cell)
 
 
@@ -206,10 +246,13 @@ def _run_and_score(
 
     become_subreaper()
     _stop_with_the_grader()
+    confinement = confinement or Confinement()
+    disk = Disk.own(confinement.disk, FILES)  # namespaces first, while single-threaded
     exercises = exercises_of(lesson)
-    folders = WorkFolders.make()
+    folders = WorkFolders.make(disk)
+    disk.share_memory_in(folders.shm)  # without the sandbox too, /dev/shm is the box's
     # The grader named the cgroups, so that it can remove them should this process be killed.
-    cage = Cage(confinement or Confinement(), folders, os.environ.get(CGROUP_NAME_ENV))
+    cage = Cage(confinement, folders, os.environ.get(CGROUP_NAME_ENV), disk)
     # The checks speak the notebook's language: in its kernel (its language cell says so
     # too) and in the scorer, whose messages go into the feedback.
     env = {**cage.env(), i18n.ENV: i18n.current()}  # run_and_score chose it
@@ -240,10 +283,12 @@ def _run_and_score(
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the clean-up itself is not cut short
         Reaper(cgroups=lambda: cage.close(budget.reap)).reap()
-        shutil.rmtree(folders.root, ignore_errors=True)
+        disk.unmount()  # its files gone at once, however many and deep
+        remove_tree(folders.root)
 
 
 def main(argv: list[str]) -> int:
+    undumpable()  # no process of this user's opens its stdout (the outcome) through /proc
     path, lesson, budget, confinement = argv
     outcome = run_and_score(
         path,

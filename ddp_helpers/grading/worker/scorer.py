@@ -7,25 +7,37 @@ it on (exercises.run_on_ranks, run_answer), whose values come back as plain data
 scorer writes is read by the worker as claims to check: only lines for the exercises asked
 for, with the statuses and mistake keys each exercise has, each field capped.
 
-`python -m ddp_helpers.grading.worker.scorer ANSWERS LESSON FD ID...` scores and writes one JSON
-line per event to FD; `score()` runs such processes, a fresh one after one hangs or dies.
+The scorer decides the grade, so it stays out of the ranks' reach. It runs outside the
+submission's sandbox; the launcher's helper that forks the ranks is started inside it (its
+cgroups, limits and bubblewrap: client.confine), so a rank, whatever code it runs, is in
+another PID namespace and sees neither the scorer nor the worker: it cannot signal, trace
+or open them, nor their pipes through /proc. The scorer is also undumpable (no process of
+its user may read its memory or fds, where there is no sandbox), and each line it writes
+carries a seal the worker gave it on its stdin alone: a line without it is refused.
+
+`python -m ddp_helpers.grading.worker.scorer ANSWERS LESSON FD ID...` reads {"seal", "confine"}
+as JSON on its stdin, scores and writes one sealed JSON line per event to FD; `score()` runs
+such processes, a fresh one after one hangs or dies.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import os
 import pickletools
+import secrets
 import select
 import sys
+import tempfile
 import time
 
 from ...exercises.answer import Answer
 from ...exercises.verdicts import CheckStatus, Hidden
-from ...files import TooBig, read_capped
+from ...files import TooBig, read_capped, remove_tree
 from ...i18n import messages
 from ...launcher.plain import load_restricted
-from ...procs import Reaper, describe_exit, supervise
+from ...procs import Reaper, describe_exit, supervise, undumpable
 from ..folders import WorkFolders
 from ..results import Event, ExerciseScore
 from .kernel import cap, start_logged
@@ -165,8 +177,9 @@ def _score_one(ex, entry, unreadable: str | None, references) -> dict:
     }
 
 
-def score_answers(answers_path: str, lesson: str, ids: list[str], out) -> None:
-    """In the scorer process: each exercise's result as JSON lines on `out`."""
+def score_answers(answers_path: str, lesson: str, ids: list[str], out, seal: str = "") -> None:
+    """In the scorer process: each exercise's result as JSON lines on `out`, each after
+    `seal` and a space."""
     from ...exercises import exercises_of
 
     exercises = {ex.id: ex for ex in exercises_of(lesson)}
@@ -181,10 +194,10 @@ def score_answers(answers_path: str, lesson: str, ids: list[str], out) -> None:
     references = _references()
     for ex_id in ids:
         ex = exercises[ex_id]
-        out.write(json.dumps({"event": "start", "id": ex_id}) + "\n")
+        out.write(f"{seal} {json.dumps({'event': 'start', 'id': ex_id})}\n")
         out.flush()
         fields = _score_one(ex, found.get(ex.name), unreadable, references)
-        out.write(json.dumps({"event": "done", "id": ex_id, **fields}) + "\n")
+        out.write(f"{seal} {json.dumps({'event': 'done', 'id': ex_id, **fields})}\n")
         out.flush()
 
 
@@ -235,18 +248,40 @@ def _run_scorer(folders: WorkFolders, lesson, ids, env, limits, results, cage) -
     # -P: nothing the notebook wrote into a folder can shadow a module here.
     argv = [sys.executable, "-P", "-m", "ddp_helpers.grading.worker.scorer"]
     argv += [folders.answers, lesson, str(write_fd), *ids]
-    if cage is not None:  # the checks run the learner's code: in its cage too
-        argv = cage.command(argv, folders.score)
-    proc = reaper.proc = start_logged(
-        argv, folders.score, env, folders.scorer_log, pass_fds=(write_fd,)
-    )
-    os.close(write_fd)
+    seal = secrets.token_hex(16)
+    # The checks' folders (their TMPDIR, the scorer's and its ranks' working folder): new,
+    # out of the box, so that nothing the notebook made stands in for it (a link in place
+    # of box/tmp would have the scorer make them wherever it points).
+    checks = tempfile.mkdtemp(prefix="checks-", dir=folders.root)
+    env = {**env, "TMPDIR": checks}
+    # The checks run the learner's code on ranks: the helper that forks them, in its cage.
+    confine = [] if cage is None else cage.command([], checks, writable=[checks])
+    settings = _settings({"seal": seal, "confine": confine})
+    try:
+        proc = reaper.proc = start_logged(
+            argv, checks, env, folders.scorer_log, pass_fds=(write_fd,), stdin=settings
+        )
+    finally:
+        os.close(write_fd)
+        os.close(settings)
     asked = {ex.id: ex for ex in exercises_of(lesson) if ex.id in ids}
     try:
-        return _read_scores(proc, read_fd, limits, results, asked, cage)
+        return _read_scores(proc, read_fd, limits, results, asked, cage, seal.encode())
     finally:
         os.close(read_fd)
         reaper.reap()
+        remove_tree(checks)
+
+
+def _settings(settings: dict) -> int:
+    """A pipe's read end holding the scorer's settings (its stdin): never in its argv or
+    environment, which /proc shows. A few hundred bytes: the pipe holds them unread."""
+    read_fd, write_fd = os.pipe()
+    try:
+        os.write(write_fd, json.dumps(settings).encode())
+    finally:
+        os.close(write_fd)
+    return read_fd
 
 
 class BadLine(ValueError):
@@ -257,6 +292,9 @@ def checked_result(event, ex) -> dict:
     """A scorer's "done" line for exercise `ex`, as the fields of its ExerciseScore: only
     the statuses, hidden states and mistake keys there are (the exercise's own, the ranks',
     the core's, the grader's), every string capped; else BadLine."""
+    for name in ("status", "mistake", "hidden"):  # text or nothing, before any is looked up
+        if event.get(name) is not None and type(event.get(name)) is not str:
+            raise BadLine(f"{name} of type {type(event.get(name)).__name__}")
     status, mistake = event.get("status"), event.get("mistake")
     if status not in set(CheckStatus):
         raise BadLine(f"status {cap(status, 40)!r}")
@@ -281,14 +319,18 @@ def checked_result(event, ex) -> dict:
     }
 
 
-def _take_line(line: bytes, state: dict, results: dict, asked: dict) -> None:
+def _take_line(line: bytes, state: dict, results: dict, asked: dict, seal: bytes = b"") -> None:
     """One line of a scorer into `state` (the exercise it is in) and `results`; BadLine if
-    it is not a start or a result of an exercise asked for, in order."""
+    it lacks the scorer's seal, or is not a start or a result of an exercise asked for, in
+    order."""
+    mark, _, body = line.partition(b" ")
+    if not hmac.compare_digest(mark, seal):
+        raise BadLine("a line without this scorer's seal")
     try:
-        event = json.loads(line)
-    except ValueError:
+        event = json.loads(body)
+    except (ValueError, RecursionError):
         raise BadLine("a line that is not JSON") from None
-    if not isinstance(event, dict) or event.get("id") not in asked:
+    if not isinstance(event, dict) or type(event.get("id")) is not str or event["id"] not in asked:
         raise BadLine("a line for no exercise it was asked to check")
     ex_id, current = event["id"], state["current"]
     if event.get("event") == "start" and current is None and ex_id not in results:
@@ -300,7 +342,9 @@ def _take_line(line: bytes, state: dict, results: dict, asked: dict) -> None:
         raise BadLine(f"{cap(event.get('event'), 20)!r} for exercise {ex_id} out of turn")
 
 
-def _read_scores(proc, fd: int, limits, results: dict, asked: dict, cage=None) -> tuple:
+def _read_scores(
+    proc, fd: int, limits, results: dict, asked: dict, cage=None, seal: bytes = b""
+) -> tuple:
     """Read the scorer's lines into results: (exercise, kind, why) if it hung, died or said
     what it may not (BadLine: then it is stopped).
 
@@ -323,7 +367,7 @@ def _read_scores(proc, fd: int, limits, results: dict, asked: dict, cage=None) -
         if len(state["buffer"]) > LINE_LIMIT or any(len(x) > LINE_LIMIT for x in lines):
             raise BadLine(f"a line over {LINE_LIMIT} bytes")
         for line in lines:
-            _take_line(line, state, results, asked)
+            _take_line(line, state, results, asked, seal)
             state["deadline"] = time.monotonic() + limit()
 
     def drain() -> bool:
@@ -359,10 +403,15 @@ def _read_scores(proc, fd: int, limits, results: dict, asked: dict, cage=None) -
 
 
 def main(argv: list[str]) -> int:
+    undumpable()  # first: nothing of this user's may read the seal or reopen the pipe
     answers_path, lesson, fd, *ids = argv
     os.set_inheritable(int(fd), False)  # no program a check starts gets the result pipe
+    settings = json.loads(sys.stdin.read())
+    from ...launcher import client
+
+    client.confine(settings["confine"])
     with os.fdopen(int(fd), "w") as out:
-        score_answers(answers_path, lesson, ids, out)
+        score_answers(answers_path, lesson, ids, out, settings["seal"])
     return 0
 
 
