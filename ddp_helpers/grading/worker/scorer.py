@@ -64,8 +64,9 @@ MESSAGES = messages(
         "unreadable": "the grader could not read the notebook's saved answers ({error})",
         "check_bad_line": (
             "The grader's check process said something the grader does not accept ({why}); "
-            "this exercise was not scored. This is a problem of the grader, not of your "
-            "answer: tell your instructor."
+            "this exercise was not scored. Either the grader has a bug, or code of this "
+            "notebook wrote into the grader's own channel (which only a grading without the "
+            "sandbox lets it reach): tell your instructor."
         ),
         "check_bad_line.title": "its check said something the grader does not accept",
         "not_scored.title": "not scored: the grader failed on the submission",
