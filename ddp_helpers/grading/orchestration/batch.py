@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-import shutil
 import signal
 import sys
 import tempfile
@@ -17,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ... import i18n
+from ...files import remove_tree
 from ...i18n import messages
 from ..budget import TICKS, TimeBudget
 from ..confinement.sandbox import Confinement
@@ -56,6 +56,10 @@ INSTRUCTOR_TEXT = {
         "grading {them} again, one at a time, so that a busy machine cannot cost points"
     ),
     "output_failed": "warning: {name} could not be written everywhere: {error}",
+    "left": (
+        "warning: {folder}, the batch's temporary folder, could not be removed whole "
+        "(something in it is not this user's to remove): remove it by hand."
+    ),
     "interrupted": (
         "Interrupted: {done} of {total} graded; {out} holds those rows. Everything the "
         "unfinished submissions started was stopped."
@@ -192,7 +196,10 @@ def grade(
         run.interrupted()
         raise
     finally:
-        shutil.rmtree(tmp_root, ignore_errors=True)
+        # Whatever a notebook made in its folder (a tree past PATH_MAX, a folder chmod 000)
+        # goes, and its removal never stops the batch's end.
+        if not remove_tree(tmp_root):
+            progress.say(INSTRUCTOR_TEXT["left"].format(folder=tmp_root))
         _restore_handlers(handlers)
     return run.finish()
 

@@ -80,7 +80,7 @@ def _notebook_json(path) -> tuple[str, object]:
     Read as files.py reads what a learner could have replaced: no link, a regular file, at
     most MAX_NOTEBOOK bytes; JSON nested past Python's recursion limit is not one either."""
     try:
-        text = read_capped(path, MAX_NOTEBOOK).decode("utf-8")
+        text = read_capped(path, MAX_NOTEBOOK, other_names=True).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ValueError(f"not UTF-8 text: {exc.reason}") from None
     try:
