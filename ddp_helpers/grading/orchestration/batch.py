@@ -25,6 +25,7 @@ from ..outputs.reports import Progress, feedback_names, in_order, summary
 from ..outputs.writers import ClassReport, FeedbackFiles, GradescopeResults, GradesCsv, Output
 from ..results import Event, Row, Status, Submission
 from . import dispatch
+from .overwrites import refuse_overwrites
 from .submissions import columns_for, find_submissions
 
 # What the learner's feedback says about a second try: in the submission's language.
@@ -177,12 +178,14 @@ def grade(
     others are graded beside it (jobs > 1) is graded again alone once the rest are done.
     Progress and the summary go to `stream` (stderr). `grade_one(sub, budget, cancel,
     tmp_root) -> Row` grades one submission: by default dispatch.grade_one, a worker
-    process confined as options.confinement says.
+    process confined as options.confinement says. GradingError, before anything is graded
+    or written, where an output would be written onto a submission (overwrites.py).
     """
     options = options or GradeOptions()
     if grade_one is None:
         grade_one = functools.partial(dispatch.grade_one, confinement=options.confinement)
     subs = find_submissions(paths, options.lesson, options.student_from)
+    refuse_overwrites(subs, options)  # before any output is made
     progress = Progress(len(subs), sys.stderr if stream is None else stream)
     outputs = outputs_for(subs, options, progress.say)
     handlers = _interrupt_handlers()  # put back at the end: Ctrl-C ignores them meanwhile
