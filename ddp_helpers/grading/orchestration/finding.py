@@ -177,7 +177,7 @@ def _points_to_folder(entry: os.DirEntry) -> bool:
 
 def _target(fd: int, name: str) -> str:
     try:
-        return _readable(os.readlink(name, dir_fd=fd))
+        return readable(os.readlink(name, dir_fd=fd))
     except OSError as exc:
         return f"unreadable: {_said(exc)}"
 
@@ -211,10 +211,10 @@ def link_on_the_way(path: str) -> str | None:
         if part in ("", ".", "..") or _at_or_above(prefix, cwd):
             continue
         if os.path.islink(prefix):
-            target = _readable(os.readlink(prefix))
+            target = readable(os.readlink(prefix))
             if prefix == path:
                 return INSTRUCTOR_TEXT["link"].format(target=target)
-            return INSTRUCTOR_TEXT["link_on_path"].format(link=_readable(prefix), target=target)
+            return INSTRUCTOR_TEXT["link_on_path"].format(link=readable(prefix), target=target)
     return None
 
 
@@ -245,7 +245,7 @@ def _undecodable(name: str) -> bool:
     return False
 
 
-def _readable(text: str) -> str:
+def readable(text: str) -> str:
     """A name as it can be written down: what is not valid UTF-8 shown as \ufffd."""
     return os.fsencode(text).decode("utf-8", "replace")
 
@@ -255,7 +255,7 @@ def shown_name(path: str) -> str:
     else absolute; never resolved through a link (a link stands for itself); readable."""
     relative = os.path.relpath(path, os.getcwd())
     outside = relative == ".." or relative.startswith(".." + os.sep)
-    return _readable(path if outside else relative)
+    return readable(path if outside else relative)
 
 
 def _said(exc: OSError) -> str:

@@ -313,6 +313,7 @@ def find_submissions(
     subs = []
     for where, (shown, folder, problem) in sorted(found.items(), key=lambda item: item[1]):
         student = student_of(shown, student_from) if student_from is not None else folder
+        student = finding.readable(student) if student is not None else None
         sub = _submission(Path(where), shown, problem, lesson, student)
         if sub.problem is None:
             sub = dataclasses.replace(sub, course_copy=copies.of(where))
@@ -344,7 +345,7 @@ def _students_from_folders(subs: list[Submission]) -> list[Submission]:
 
     def folder(sub: Submission) -> str:
         parent = sub.path.parent
-        return "" if parent == Path.cwd().resolve() else parent.name
+        return "" if parent == Path.cwd().resolve() else finding.readable(parent.name)
 
     seen = Counter((sub.path.parent, sub.lesson) for sub in subs if sub.student is None)
     return [
