@@ -66,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
         # Only the command run gets its options, so that `build` loads nothing of the grader.
         if argv[:1] == [name]:
             fill(sub)
+    if argv[:1] == ["grade"] and _named_like_options(argv[1:]):
+        return _error(GLOB_TEXT["files"].format(files=", ".join(_named_like_options(argv[1:]))))
     args = parser.parse_args(argv)
     return args.run(args, parser)
 
@@ -152,6 +154,40 @@ def _export(args, parser) -> int:
 
 
 # ---------------------------------------------------------------- grade
+
+# A learner may name a file `--out=alice_week1.ipynb`: `grade *.ipynb` then hands the grader
+# that option, and the CSV would be written over alice's notebook.
+GLOB_TEXT = {
+    "files": (
+        "{files}: a file here named like an option, which the shell's glob (*.ipynb) gave the "
+        "grader as one (--out=... would write the CSV onto a submission). Put -- before the "
+        "submissions, so that everything after it is a path: python -m ddp_helpers grade "
+        "--out grades.csv -- *.ipynb; or rename the file. Nothing was graded or written."
+    ),
+    "value": (
+        "{option} {value} names a notebook that is there, and the grader would write onto "
+        "it. If the shell's glob gave it a learner's file named {option}={value}, put -- "
+        "before the submissions (python -m ddp_helpers grade --out grades.csv -- *.ipynb) or "
+        "rename that file; else give {option} a path of its own. Nothing was graded or "
+        "written."
+    ),
+}
+
+
+def _named_like_options(words: list[str]) -> list[str]:
+    """The words before `--` that start with '-' and are files here: what a glob expanded
+    to (no option of grade is a file's name)."""
+    words = words[: words.index("--")] if "--" in words else words
+    return [word for word in words if word.startswith("-") and os.path.lexists(word)]
+
+
+def _notebook_as_output(args) -> str | None:
+    """Why an output option that names a notebook there is refused, or None."""
+    for option in ("out", "feedback", "gradescope", "report"):
+        value = getattr(args, option)
+        if value is not None and str(value).endswith(".ipynb") and os.path.lexists(value):
+            return GLOB_TEXT["value"].format(option=f"--{option}", value=value)
+    return None
 
 
 def _fill_grade(grade) -> None:
@@ -263,6 +299,8 @@ def _grade(args, parser) -> int:
         parser.error("--jobs must be 1 or more")
     if args.threads < 1:
         parser.error("--threads must be 1 or more")
+    if _notebook_as_output(args) is not None:
+        return _error(_notebook_as_output(args))
     options = GradeOptions(
         out=args.out,
         feedback=args.feedback,

@@ -603,10 +603,12 @@ def rank_folder(folder: str, rank: int) -> str:
 
 @contextlib.contextmanager
 def rank_folders(ranks: int, prefix: str):
-    """A temporary folder with an empty subfolder per rank, removed afterwards."""
+    """A temporary folder with an empty subfolder per rank, removed afterwards (whatever the
+    ranks made there: a learner's answer can nest folders past any recursion limit)."""
     import os
-    import shutil
     import tempfile
+
+    from ..files import remove_tree
 
     folder = tempfile.mkdtemp(prefix=prefix)
     try:
@@ -614,7 +616,7 @@ def rank_folders(ranks: int, prefix: str):
             os.mkdir(rank_folder(folder, rank))
         yield folder
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        remove_tree(folder)
 
 
 def writers(folder: str, ranks: int) -> list[int]:

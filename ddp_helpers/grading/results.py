@@ -31,6 +31,9 @@ class Submission:
     problem: str | None = None  # why it is invalid
     student: str = ""  # from its path: the learner's folder, or --student-from
     language: str = "en"  # its metadata's: its feedback and check messages are in it
+    # The course's solved notebook it is, and whether as the same file (a hard link) or a
+    # copy byte for byte: said in its feedback and the class report, its score as any copy's.
+    course_copy: tuple[str, bool] | None = None
 
 
 @dataclass(frozen=True)

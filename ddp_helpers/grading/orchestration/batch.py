@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-import shutil
 import signal
 import sys
 import tempfile
@@ -17,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ... import i18n
+from ...files import remove_tree
 from ...i18n import messages
 from ..budget import TICKS, TimeBudget
 from ..confinement.sandbox import Confinement
@@ -25,6 +25,7 @@ from ..outputs.reports import Progress, feedback_names, in_order, summary
 from ..outputs.writers import ClassReport, FeedbackFiles, GradescopeResults, GradesCsv, Output
 from ..results import Event, Row, Status, Submission
 from . import dispatch
+from .overwrites import refuse_overwrites
 from .submissions import columns_for, find_submissions
 
 # What the learner's feedback says about a second try: in the submission's language.
@@ -56,6 +57,10 @@ INSTRUCTOR_TEXT = {
         "grading {them} again, one at a time, so that a busy machine cannot cost points"
     ),
     "output_failed": "warning: {name} could not be written everywhere: {error}",
+    "left": (
+        "warning: {folder}, the batch's temporary folder, could not be removed whole "
+        "(something in it is not this user's to remove): remove it by hand."
+    ),
     "interrupted": (
         "Interrupted: {done} of {total} graded; {out} holds those rows. Everything the "
         "unfinished submissions started was stopped."
@@ -173,12 +178,14 @@ def grade(
     others are graded beside it (jobs > 1) is graded again alone once the rest are done.
     Progress and the summary go to `stream` (stderr). `grade_one(sub, budget, cancel,
     tmp_root) -> Row` grades one submission: by default dispatch.grade_one, a worker
-    process confined as options.confinement says.
+    process confined as options.confinement says. GradingError, before anything is graded
+    or written, where an output would be written onto a submission (overwrites.py).
     """
     options = options or GradeOptions()
     if grade_one is None:
         grade_one = functools.partial(dispatch.grade_one, confinement=options.confinement)
     subs = find_submissions(paths, options.lesson, options.student_from)
+    refuse_overwrites(subs, options)  # before any output is made
     progress = Progress(len(subs), sys.stderr if stream is None else stream)
     outputs = outputs_for(subs, options, progress.say)
     handlers = _interrupt_handlers()  # put back at the end: Ctrl-C ignores them meanwhile
@@ -192,7 +199,10 @@ def grade(
         run.interrupted()
         raise
     finally:
-        shutil.rmtree(tmp_root, ignore_errors=True)
+        # Whatever a notebook made in its folder (a tree past PATH_MAX, a folder chmod 000)
+        # goes, and its removal never stops the batch's end.
+        if not remove_tree(tmp_root):
+            progress.say(INSTRUCTOR_TEXT["left"].format(folder=tmp_root))
         _restore_handlers(handlers)
     return run.finish()
 

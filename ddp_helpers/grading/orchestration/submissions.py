@@ -3,6 +3,7 @@ why it cannot be graded."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -12,9 +13,24 @@ from pathlib import Path
 from ... import i18n
 from ...exercises import LESSONS, exercises_of
 from ...files import TooBig, read_capped
+from ...paths import ROOT
 from ..results import Submission
+from . import finding
 
 MAX_NOTEBOOK = 64 << 20  # bytes of a submission read: a lesson with its outputs is ~1 MB
+# Keys and values of a submission parsed (json_items). The course's own solved notebooks,
+# outputs and all, hold at most 2,259 (solutions/ja/04); parsed, each costs the grader up to
+# ~300 bytes (an empty object: 8 MiB of `{}` took it to 1.6 GB), so 500,000 costs at most
+# ~150 MB, and a learner's notebook would need 200 times the outputs of a lesson to reach it.
+MAX_ITEMS = 500_000
+# Bytes of a notebook's text in the grader's memory: Python holds every character of a text
+# in 1, 2 or 4 bytes, as its widest one needs, so that one emoji in 64 MiB of ASCII makes it
+# 256 MiB (and the string parsed from it as much again).
+MAX_TEXT = 2 * MAX_NOTEBOOK
+_PAST_FFFF = re.compile(rb"[\xf0-\xf4]")  # what starts a character's 4 bytes in UTF-8
+_CONTINUATIONS = bytes(range(0x80, 0xC0))  # the bytes that continue a character in UTF-8
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)  # a JSON string, escapes and all
+_STARTS = (b"{", b"[", b",", b":")  # what each key or value follows, but the first
 
 _IMPORT = re.compile(r"\bddp_helpers\.exercises(?:\s+import\s+|\.)lesson(\d\d)\b")
 _IMPORT_AS_EX = re.compile(r"\bddp_helpers\.exercises\s+import\s+lesson(\d\d)\s+as\s+ex\b")
@@ -30,18 +46,21 @@ INSTRUCTOR_TEXT = {
         "This file is not a Jupyter notebook ({error}). Submit the .ipynb file you worked "
         "in (JupyterLab: File > Download)."
     ),
-    "link": (
-        "This is a symbolic link (to {target}), not a file handed in: the grader follows no "
-        "link among the submissions, so that none can stand for another learner's work or "
-        "the course's. Collect the notebook file itself."
-    ),
-    "link_folder": (
-        "This folder is a symbolic link (to {target}), not a folder handed in: the grader "
-        "follows no link among the submissions. Collect the notebooks themselves."
-    ),
     "too_big": (
         "This file is {size} bytes, over the {limit} a notebook may be. Submit the .ipynb "
         "you worked in with its outputs cleared (Edit > Clear Outputs of All Cells)."
+    ),
+    "too_many_values": (
+        "This notebook holds more than {limit:,} JSON values, more than the grader reads (a "
+        "lesson with its outputs holds about 2,000): a notebook of that many costs the "
+        "grader too much memory to read. Clear its outputs (Edit > Clear Outputs of All "
+        "Cells), save it, and submit it again."
+    ),
+    "too_wide": (
+        "This notebook's text takes {size:,} bytes of memory once read (a character past "
+        "U+FFFF, such as an emoji, makes every character of it take 4), over the {limit:,} "
+        "the grader reads. Clear its outputs (Edit > Clear Outputs of All Cells), save it, "
+        "and submit it again."
     ),
     "unreadable": "The grader could not read this file: {error}.",
     "no_lesson": (
@@ -75,14 +94,57 @@ class GradingError(Exception):
     """Bad input to the grader as a whole (no such path, no notebooks)."""
 
 
+class TooMuchToRead(ValueError):
+    """A notebook whose parse would cost the grader more memory than it gives one: more
+    values than MAX_ITEMS, or text past MAX_TEXT; `key` names its INSTRUCTOR_TEXT."""
+
+    def __init__(self, key: str, **fields):
+        super().__init__(key)
+        self.key, self.fields = key, fields
+
+
+def json_items(data: bytes) -> int:
+    """At most how many keys and values the JSON text `data` holds, counted without building
+    them: one more than its `{ [ , :` outside strings, as each key or value starts the text
+    or follows one of those. Past MAX_ITEMS the count stops (it is then above it)."""
+    count = 1 + sum(map(data.count, _STARTS))
+    if count <= MAX_ITEMS:
+        return count  # the strings' own commas counted too: still at most that many
+    count, end = 1, 0
+    for number, string in enumerate(_STRING.finditer(data)):
+        count += sum(data.count(start, end, string.start()) for start in _STARTS)
+        end = string.end()
+        if count > MAX_ITEMS or number > MAX_ITEMS:  # every string is a key or a value
+            return max(count, number)
+    return count + sum(data.count(start, end) for start in _STARTS)
+
+
+def text_size(data: bytes) -> int:
+    """At most the bytes Python holds UTF-8 `data` in once decoded, found without decoding:
+    2 per byte at most, but 4 per character (a byte that does not continue one) as soon as
+    one character is past U+FFFF (a 4-byte sequence)."""
+    if len(data) * 4 > MAX_TEXT and _PAST_FFFF.search(data):
+        return 4 * len(data.translate(None, _CONTINUATIONS))  # a copy, but one pass
+    return 2 * len(data)
+
+
 def _notebook_json(path) -> tuple[str, object]:
     """The text of the notebook file at path and its JSON; ValueError saying why not one.
     Read as files.py reads what a learner could have replaced: no link, a regular file, at
-    most MAX_NOTEBOOK bytes; JSON nested past Python's recursion limit is not one either."""
+    most MAX_NOTEBOOK bytes (a hard link is read: the submissions are the instructor's
+    folder); its values counted before any is built (TooManyValues past MAX_ITEMS), so that
+    the grader's memory is bounded whatever the file holds; JSON nested past Python's
+    recursion limit is not one either."""
+    data = read_capped(path, MAX_NOTEBOOK, other_names=True)
+    if json_items(data) > MAX_ITEMS:
+        raise TooMuchToRead("too_many_values", limit=MAX_ITEMS)
+    if text_size(data) > MAX_TEXT:
+        raise TooMuchToRead("too_wide", size=text_size(data), limit=MAX_TEXT)
     try:
-        text = read_capped(path, MAX_NOTEBOOK).decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ValueError(f"not UTF-8 text: {exc.reason}") from None
+    del data
     try:
         return text, json.loads(text)
     except json.JSONDecodeError as exc:
@@ -94,18 +156,49 @@ def _notebook_json(path) -> tuple[str, object]:
 
 
 def read_notebook(path):
-    """The notebook at path, as nbformat v4; raises ValueError saying why it is not one."""
+    """The notebook at path, as nbformat v4, with what the grader reads of each cell (its
+    type, source and id); raises ValueError saying why it is not one.
+
+    The rest of a cell (its outputs, metadata, attachments) is neither kept nor validated:
+    the grader runs the notebook again and reads none of it, and jsonschema's errors for
+    thousands of bad values inside one cell (75 KB of `{}` as its outputs) took the grader
+    to 1.3 GB.
+    """
     from ...nbformat_quick import nbformat as _nbformat
 
     nbformat = _nbformat()
-    text, _ = _notebook_json(path)
+    _, data = _notebook_json(path)
     try:
-        nb = nbformat.reads(text, as_version=4)
+        nb = _v4(nbformat, data)
+        nb.cells = [_graded_part(nbformat, cell) for cell in nb.cells]
         nbformat.validate(nb)
     except Exception as exc:  # noqa: BLE001 - nbformat raises many kinds; all mean "not one"
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        said = str(getattr(exc, "message", None) or exc).strip()  # a message, not the cell
+        first = said.splitlines()[0] if said else type(exc).__name__
         raise ValueError(f"not in Jupyter's notebook format: {first[:200]}") from None
     return nb
+
+
+def _v4(nbformat, data):
+    """The notebook's JSON as nbformat v4's NotebookNode, as nbformat.reads makes it (without
+    parsing the text again, and without the validation it logs)."""
+    from nbformat.reader import get_version
+
+    major, minor = get_version(data)
+    if major not in nbformat.versions:
+        raise ValueError(f"unsupported nbformat version {major}")
+    return nbformat.convert(nbformat.versions[major].to_notebook_json(data, minor=minor), 4)
+
+
+def _graded_part(nbformat, cell):
+    """A cell with only its type, source and id (what is not a cell is left, to be refused)."""
+    if not isinstance(cell, dict):
+        return cell
+    part = {key: cell[key] for key in ("cell_type", "source", "id") if key in cell}
+    part["metadata"] = {}
+    if cell.get("cell_type") == "code":
+        part.update(outputs=[], execution_count=None)
+    return nbformat.from_dict(part)
 
 
 def code_sources(path) -> list[str]:
@@ -152,6 +245,8 @@ def _lesson_and_language(path) -> tuple[str | None, str | None, str]:
         nb = read_notebook(path)
     except TooBig as exc:
         return None, INSTRUCTOR_TEXT["too_big"].format(size=exc.size, limit=exc.limit), "en"
+    except TooMuchToRead as exc:
+        return None, INSTRUCTOR_TEXT[exc.key].format(**exc.fields), "en"
     except (OSError, ValueError) as exc:
         return None, INSTRUCTOR_TEXT["not_notebook"].format(error=exc), "en"
     return (*_lesson_in(nb, path), _language(nb.metadata.get("language")))
@@ -188,31 +283,41 @@ def find_submissions(
     paths, lesson: str | None = None, student_from: re.Pattern | None = None
 ) -> list[Submission]:
     """Every notebook in paths (folders searched), each with its lesson or why it is invalid,
-    and its student (see student_of): a row for every file, whatever it holds.
+    and its student (see student_of): a row for every file, whatever it holds, and for every
+    path that could not be read (finding.py).
 
     Nothing in a folder is followed through a symbolic link: a notebook or a folder that is
     one gets a row of its own that says so (a link to another learner's notebook would give
-    one learner's work two rows and the other none; to the solutions, full marks). A path
-    given is searched as given, a link among them too (it is the instructor's), but a
-    notebook given that is a link, or lies in a folder that is one, is refused as well.
+    one learner's work two rows and the other none; to the solutions, full marks). A folder
+    given is searched as given, a link too (it is the instructor's); a notebook given is
+    refused for a link anywhere on its path below the working folder, as a glob may have put
+    a learner's link there (finding.link_on_the_way). One file found under two names is
+    graded once (finding.one_row_per_file); one that is the course's solved notebook is
+    named as such.
     """
     found: dict[str, tuple[str, str | None, str | None]] = {}  # where -> (shown, folder, why)
     for given in paths:
         path = str(given)
         if os.path.isdir(path):
-            for where, folder, problem in _walk(path):
-                found.setdefault(where, (_shown(where), folder, problem))
-        elif os.path.isfile(path) or os.path.islink(path):
+            for where, folder, problem in finding.walk(path):
+                found.setdefault(where, (finding.shown_name(where), folder, problem))
+        elif os.path.lexists(path):
             where = os.path.abspath(path)
-            found.setdefault(where, (_shown(where), None, _linked(path)))
+            found.setdefault(where, (finding.shown_name(where), None, finding.given_file(path)))
         else:
             raise GradingError(INSTRUCTOR_TEXT["no_path"].format(path=given))
     if not found:
         raise GradingError(INSTRUCTOR_TEXT["no_notebooks"].format(paths=", ".join(map(str, paths))))
+    finding.one_row_per_file(found)
+    copies = finding.CourseCopies(finding.course_notebooks(ROOT), ROOT)
     subs = []
     for where, (shown, folder, problem) in sorted(found.items(), key=lambda item: item[1]):
         student = student_of(shown, student_from) if student_from is not None else folder
-        subs.append(_submission(Path(where), shown, problem, lesson, student))
+        student = finding.readable(student) if student is not None else None
+        sub = _submission(Path(where), shown, problem, lesson, student)
+        if sub.problem is None:
+            sub = dataclasses.replace(sub, course_copy=copies.of(where))
+        subs.append(sub)
     return _students_from_folders(subs)
 
 
@@ -233,47 +338,14 @@ def _submission(path: Path, shown: str, problem, wanted, student) -> Submission:
     return Submission(path, shown, found, problem, student, language)
 
 
-def _walk(top: str):
-    """(absolute path, the first folder under top or None, why refused or None) of each
-    notebook under top, and of each link that stands where a notebook or a folder would;
-    no link followed, checkpoints skipped."""
-    top = os.path.abspath(top)
-    for folder, dirs, files in os.walk(top, followlinks=False):
-        dirs[:] = sorted(d for d in dirs if d != ".ipynb_checkpoints")
-        first = os.path.relpath(folder, top).split(os.sep)[0]
-        first = None if first == "." else first
-        for name in list(dirs):
-            where = os.path.join(folder, name)
-            if os.path.islink(where):  # os.walk lists it, and does not go in
-                dirs.remove(name)
-                target = os.readlink(where)
-                problem = INSTRUCTOR_TEXT["link_folder"].format(target=target)
-                yield where, first or name, problem
-        for name in sorted(files):
-            where = os.path.join(folder, name)
-            if name.endswith(".ipynb"):
-                yield where, first, _linked(where)
-
-
-def _linked(path: str) -> str | None:
-    """Why a notebook is refused for being a symbolic link, or lying in a folder that is
-    one (as a glob over the learners' folders finds it); None if it is neither."""
-    for where in (path, os.path.dirname(path)):
-        if where and os.path.islink(where):
-            key = "link" if where == path else "link_folder"
-            return INSTRUCTOR_TEXT[key].format(target=os.readlink(where))
-    return None
-
-
 def _students_from_folders(subs: list[Submission]) -> list[Submission]:
     """Students not yet known (None): the folder each notebook is in, as for `subs/alice`
     or a glob `subs/*/01_*.ipynb`; but a folder holding the same lesson twice is a flat
     collection of many learners: '' (--student-from can tell them apart)."""
-    import dataclasses
 
     def folder(sub: Submission) -> str:
         parent = sub.path.parent
-        return "" if parent == Path.cwd().resolve() else parent.name
+        return "" if parent == Path.cwd().resolve() else finding.readable(parent.name)
 
     seen = Counter((sub.path.parent, sub.lesson) for sub in subs if sub.student is None)
     return [
@@ -303,13 +375,6 @@ def student_pattern(text: str) -> re.Pattern:
         return re.compile(text)
     except re.error as exc:
         raise ValueError(INSTRUCTOR_TEXT["bad_pattern"].format(pattern=text, error=exc)) from None
-
-
-def _shown(path: str) -> str:
-    """A submission's name: its path relative to the working folder when it is below it,
-    else absolute; never resolved through a link (a link stands for itself)."""
-    relative = os.path.relpath(path, os.getcwd())
-    return path if relative == ".." or relative.startswith(".." + os.sep) else relative
 
 
 def columns_for(subs: list[Submission]) -> list[tuple[str, str]]:

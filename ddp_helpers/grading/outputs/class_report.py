@@ -197,6 +197,7 @@ def render(rows: list[Row], timeout: float, wall: float, counted: Tally) -> str:
         out.append(
             f'<img alt="Seconds each submission took to grade" src="{plot_times(rows, timeout)}">'
         )
+    out += _course_copies(rows)
     out += _submissions_table(rows)
     if counted.broken:
         out.append("<h2>Not counted</h2><p>This report could not count these rows:</p><ul>")
@@ -241,6 +242,25 @@ def _lesson_section(lesson: str, n: int, table: dict) -> list[str]:
                 f"</summary><pre>{e(example)}</pre></details></li>"
             )
         out.append("</ul>")
+    return out
+
+
+def _course_copies(rows: list[Row]) -> list[str]:
+    """The submissions that are one of the course's solved notebooks: the same file (a hard
+    link to it) or a copy byte for byte. Graded as such a copy is; named here."""
+    copies = [r.submission for r in rows if r.submission.course_copy is not None]
+    if not copies:
+        return []
+    e = _escaped
+    out = [
+        "<h2>The course's own notebooks</h2><p>These submissions are the course's solved "
+        "notebooks, graded as any copy of them is:</p><ul class='course-copies'>"
+    ]
+    for sub in copies:
+        solved, same = sub.course_copy
+        how = "the same file (a hard link to it)" if same else "a copy, byte for byte"
+        out.append(f"<li>{e(sub.name)}: {how} of <code>{e(solved)}</code></li>")
+    out.append("</ul>")
     return out
 
 

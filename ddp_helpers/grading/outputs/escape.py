@@ -8,7 +8,9 @@ through one of these, so that it shows as the text it is and does nothing else:
 - `markdown`: the grader's messages keep their code spans (`shard`), and everything else
   is text: what could start a link, an image, raw HTML (`<script>`), a heading, a list or
   a table is escaped, and a code span never runs past its line (a line break would let
-  the next line start raw HTML); `markdown_fill` fills the grader's own templates so;
+  the next line start raw HTML); so is what GitHub-flavoured Markdown would make a live
+  link of by itself (https://..., www...., an address a@b.c); `markdown_fill` fills the
+  grader's own templates so;
 - `code_block`: a fence longer than any run of backticks inside, so nothing closes it;
 - `csv_cell`: a cell that a spreadsheet would take for a formula (=, +, -, @) starts with
   an apostrophe, as OWASP advises;
@@ -46,6 +48,13 @@ def line(text) -> str:
 # can only make text bold. Intraword underscores (all_gather) are no emphasis anyway.
 _INLINE = re.compile(r"\\|<(?=[A-Za-z/!?])|\](?=[(\[:])")
 _LINE_START = re.compile(r"^(\s*\d*)([#+=>.)|:*_-])")
+# GFM's autolinks (its extension, as GitHub and Gradescope render): `://` after http, https
+# or ftp, and `www.`, are broken by escaping their `:` and `.`; an e-mail address (and a
+# GitHub @mention) by a word joiner after its `@`, shown as nothing: cmark-gfm reads an
+# address out of the text after its escapes are undone, so no backslash can stop it. A
+# CommonMark autolink, <https://...>, is raw HTML's `<`, escaped already.
+_AUTOLINK = re.compile(r"(?i)(?<=www)\.|:(?=//)|(?<=@)(?=\w)")
+WORD_JOINER = "\u2060"
 _TICKS = re.compile(r"`+")
 
 
@@ -113,6 +122,7 @@ def _code_spans(text: str) -> list[tuple[int, int]]:
 
 def _escaped(text: str, at_start: bool) -> str:
     text = _INLINE.sub(lambda m: "\\" + m.group(), text).replace("`", "\\`")
+    text = _AUTOLINK.sub(lambda m: "\\" + m.group() if m.group() else WORD_JOINER, text)
     return _LINE_START.sub(r"\1\\\2", text) if at_start else text
 
 

@@ -51,6 +51,14 @@ FEEDBACK = messages(
         "cell_errors": "## Cells that raised an error",
         "more_errors": "(and {count} more)",
         "times": "Times: notebook {run:.1f} s, checks {checks:.1f} s.",
+        "course_same": (
+            "This file is the course's solved notebook `{name}` itself (the same file under "
+            "another name): it is graded as any copy of it would be."
+        ),
+        "course_copy": (
+            "This file is a copy, byte for byte, of the course's solved notebook `{name}`: it "
+            "is graded as any copy of it would be."
+        ),
     },
 )
 
@@ -230,6 +238,9 @@ def _feedback_markdown(row: Row, timeout: float) -> str:
     a learner's (a name, a message, an error) through escape.markdown or code_block."""
     text, sub = FEEDBACK, row.submission
     out = [markdown_fill(text["title"], name=sub.name), ""]
+    if sub.course_copy is not None:
+        solved, same = sub.course_copy
+        out += [markdown_fill(text["course_same" if same else "course_copy"], name=solved), ""]
     if row.status is Status.INVALID:
         out += [text["invalid"], "", markdown(sub.problem or ""), ""]
         return "\n".join(out)
