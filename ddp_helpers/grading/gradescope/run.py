@@ -66,6 +66,10 @@ def run(root: Path) -> int:
     from ..results import Row, Submission
     from .results import write_results
 
+    # The platform's own folders, links resolved: the grader refuses a notebook given with a
+    # link on its path (as a glob could put a learner's there), and only submission/ is the
+    # learner's.
+    root = Path(os.path.realpath(root))
     source, results = root / "source", root / "results"
     config = read_config(source)
     results.mkdir(parents=True, exist_ok=True)
