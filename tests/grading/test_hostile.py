@@ -38,7 +38,7 @@ TARGET = "the instructor's own file\n"  # a file nothing may be appended to
 OUTPUTS = ["--out", "grades.csv", "--feedback", "fb", "--gradescope", "gs"]
 OUTPUTS += ["--report", "report.html"]
 LIMITS = ["--disk", "64M", "--jobs", "2", "--timeout", "30"]
-MEMORY_BOUND = 100 << 20  # bytes: the grader and each worker stay below (~45 MB here)
+MEMORY_BOUND = 100 << 20  # bytes: the grader and each worker stay below (76-88 MB here)
 WITHOUT = "note: Grading without the sandbox"
 
 
