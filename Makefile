@@ -6,7 +6,7 @@ PORT ?= 8888
 HOST ?= 127.0.0.1
 STAMP := $(VENV)/.installed
 
-.PHONY: lab notebook test lint system-deps system-packages setup-and-packages bench bench-grade bench-warm-up scaling soak restart-soak teardown-soak exit-soak ending-soak setup clean lock compat site
+.PHONY: lab notebook test lint system-deps system-packages setup-and-packages bench bench-grade bench-checks bench-warm-up scaling soak restart-soak teardown-soak exit-soak ending-soak setup clean lock compat site
 
 setup: $(STAMP)
 
@@ -125,6 +125,9 @@ bench: $(STAMP)
 
 bench-grade: $(STAMP)
 	$(BIN)/python benchmarks/grading.py
+
+bench-checks: $(STAMP)
+	$(BIN)/python benchmarks/check_times.py
 
 bench-warm-up: $(STAMP)
 	$(BIN)/python benchmarks/warm_up.py
