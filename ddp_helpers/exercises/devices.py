@@ -19,28 +19,28 @@ from __future__ import annotations
 
 import contextlib
 
-# What torch.distributed offers that moves tensors between ranks.
-COLLECTIVES = (
-    "all_reduce",
-    "broadcast",
-    "reduce",
-    "all_gather",
-    "all_gather_into_tensor",
-    "gather",
-    "scatter",
-    "reduce_scatter",
-    "reduce_scatter_tensor",
-    "all_to_all",
-    "all_to_all_single",
-    "send",
-    "recv",
-    "isend",
-    "irecv",
-    "barrier",
-    "all_gather_object",
-    "broadcast_object_list",
-)
+# The words in the name of everything torch.distributed offers that moves tensors (or
+# objects) between ranks, or waits for them: the list is read from the torch at hand, so a
+# collective a newer torch adds (2.13's all_gather_single, reduce_scatter_single) is in it.
+_COLLECTIVE_WORDS = ("reduce", "gather", "scatter", "broadcast", "to_all", "send", "recv")
+_COLLECTIVE_WORDS += ("barrier",)
 PROBE_TIMEOUT = 5  # seconds; every probe call is a few small tensors
+
+
+def collectives() -> tuple[str, ...]:
+    """The public collectives of this torch.distributed (all_reduce, all_gather_single,
+    barrier, send_object_list, ...), by name."""
+    import types
+
+    import torch.distributed as dist
+
+    return tuple(
+        name
+        for name, value in vars(dist).items()
+        if not name.startswith("_")
+        and any(word in name for word in _COLLECTIVE_WORDS)
+        and type(value) is types.FunctionType  # (type(): no deprecated object's __class__)
+    )
 
 
 def _on_cpu(value):
@@ -112,7 +112,7 @@ def default_device_elsewhere():
 
     offended: list[str] = []
     probe = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=PROBE_TIMEOUT))
-    real = {name: getattr(dist, name) for name in COLLECTIVES if hasattr(dist, name)}
+    real = {name: getattr(dist, name) for name in collectives()}
 
     def guarded(name, collective):
         signature = inspect.signature(collective)

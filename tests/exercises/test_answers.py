@@ -18,6 +18,7 @@ import cloudpickle
 import nbformat
 import pytest
 from answers_further import SWEEP_3_4, SWEEP_3_5, SWEEP_3_6, SWEEP_4_7
+from drawn_answers import DRAWN
 from ja_guard import english_in_japanese
 from test_capstone import SWEEP_4_1
 
@@ -443,10 +444,15 @@ def cleanup_only_if_initialised():
         destroy_process_group()
 
 
+def _trained(model) -> list:
+    """The parameters with a gradient (the check's model has a frozen one, issue 49)."""
+    return [p for p in model.parameters() if p.grad is not None]
+
+
 def gradients_summed(model):
     import torch.distributed as dist
 
-    for p in model.parameters():
+    for p in _trained(model):
         dist.all_reduce(p.grad)
 
 
@@ -459,7 +465,7 @@ def gradients_divided_by_the_local_world_size(model):
 
     import torch.distributed as dist
 
-    for p in model.parameters():
+    for p in _trained(model):
         dist.all_reduce(p.grad)
         p.grad /= int(os.environ["LOCAL_WORLD_SIZE"])  # the ranks of this machine only
 
@@ -468,7 +474,7 @@ def gradients_averaged_in_a_flat_buffer_on_the_cpu(model):
     import torch
     import torch.distributed as dist
 
-    grads = [p.grad for p in model.parameters()]
+    grads = [p.grad for p in _trained(model)]
     flat = torch.zeros(sum(g.numel() for g in grads))  # made without device=
     offset = 0
     for g in grads:
@@ -484,7 +490,7 @@ def gradients_averaged_on_rank_zero_only(model):
     import torch.distributed as dist
 
     if dist.get_rank() == 0:
-        for p in model.parameters():
+        for p in _trained(model):
             dist.all_reduce(p.grad)
             p.grad /= 2
 
@@ -492,7 +498,7 @@ def gradients_averaged_on_rank_zero_only(model):
 def weights_averaged_instead_of_gradients(model):
     import torch.distributed as dist
 
-    for p in model.parameters():
+    for p in _trained(model):
         dist.all_reduce(p.data)
         p.data /= dist.get_world_size()
 
@@ -500,7 +506,7 @@ def weights_averaged_instead_of_gradients(model):
 def gradients_divided_twice(model):
     import torch.distributed as dist
 
-    for p in model.parameters():
+    for p in _trained(model):
         p.grad /= dist.get_world_size()  # DDP divides first ...
         dist.all_reduce(p.grad)
         p.grad /= dist.get_world_size()  # ... and so, again, here
@@ -1350,7 +1356,7 @@ SWEEP = {
             (gradients_divided_by_the_local_world_size, "avg_local"),
             (gradients_averaged_in_a_flat_buffer_on_the_cpu, "off_device"),
             (gradients_divided_twice, "avg_differ"),
-            (gradients_averaged_on_rank_zero_only, "mismatch"),
+            (gradients_averaged_on_rank_zero_only, "hang"),  # rank 1 broadcasts BN's buffers
             (weights_averaged_instead_of_gradients, "avg_unchanged"),
         ],
         [gradients_with_avg, gradients_in_one_flat_bucket],
@@ -1433,6 +1439,10 @@ SWEEP = {
         [load_with_imported_load_to_cpu, load_with_a_location_function_into_ddp],
     ),
 }
+
+# Issue 49's answers (tests/drawn_answers/), each exercise's joined to its own.
+for _id, (_wrong, _right) in DRAWN.items():
+    SWEEP[_id] = (SWEEP[_id][0] + _wrong, SWEEP[_id][1] + _right)
 
 WRONG = [(i, fn, key) for i, (wrong, _) in SWEEP.items() for fn, key in wrong]
 RIGHT = [(i, fn) for i, (_, right) in SWEEP.items() for fn in right]

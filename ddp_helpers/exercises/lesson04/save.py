@@ -18,7 +18,7 @@ from .._core import (
     run_on_ranks,
     writers,
 )
-from ..devices import COLLECTIVES
+from ..devices import collectives
 
 MESSAGES = messages(
     "exercises.lesson04.save",
@@ -134,7 +134,6 @@ def _trained_ddp():
 
 # The collectives an answer may wait in: torch.distributed's that move tensors (devices.py)
 # and those that move none or objects only; a check counts each rank's calls of them.
-_COLLECTIVES = (*COLLECTIVES, "monitored_barrier", "gather_object", "scatter_object_list")
 _SAVE_KEYS = "ddp-check-save/"  # the check's own keys in the group's store
 
 
@@ -145,7 +144,7 @@ def _collectives_counted(store, rank: int):
     import torch.distributed as dist
 
     count = [0]
-    real = {name: getattr(dist, name) for name in _COLLECTIVES if hasattr(dist, name)}
+    real = {name: getattr(dist, name) for name in collectives()}
 
     def counted(fn):
         def entered(*args, **kwargs):
