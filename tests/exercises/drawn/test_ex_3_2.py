@@ -1,11 +1,11 @@
-"""Lesson 03's checks against answers that hard-code what a single configuration keeps fixed
-(issue 49; the answers in tests/drawn_answers/lesson03.py, also in the sweep): where each
+"""Exercise 3.2's check against answers that hard-code what a single configuration keeps fixed
+(issue 49; the answers in tests/drawn_answers/ex_3_2.py, also in the sweep): where each
 mistake showed is named, and a racing answer is caught on every run."""
 
 from __future__ import annotations
 
 import pytest
-from drawn_answers.lesson03 import (
+from drawn_answers.ex_3_2 import (
     avg_async_never_waited,
     avg_flat_buffer_gathered_off_device,
     avg_float_copy_never_written_back,

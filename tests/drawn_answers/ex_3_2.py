@@ -1,4 +1,4 @@
-"""Lesson 03's answers of issue 49: each hard-codes what one configuration keeps fixed, or
+"""Exercise 3.2's answers of issue 49: each hard-codes what one configuration keeps fixed, or
 is right and written another way. DRAWN joins the sweep (tests/exercises/test_answers.py)."""
 
 from __future__ import annotations
