@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from ... import i18n
 from ...i18n import messages
-from .._core import Exercise, Mistake, Phrase, Wrong, run_on_ranks
+from .._core import Exercise, Listed, Mistake, Phrase, Wrong, run_on_ranks
 from ..space import CHECK_SEED, HIDDEN_SEEDS, Space, trying
 
 MESSAGES = messages(
@@ -116,10 +115,10 @@ def _judge_left(left: list[list[bool]], call: int) -> None:
     if not still:
         return
     if call and not any(groups[0] for groups in left):
-        raise Wrong("cleanup_kept", ranks=i18n.listed(still))
+        raise Wrong("cleanup_kept", ranks=Listed(still))
     if len(still) == len(left):
         raise Wrong("cleanup_left_all")
-    raise Wrong("cleanup_left_some", ranks=i18n.listed(still))
+    raise Wrong("cleanup_left_some", ranks=Listed(still))
 
 
 def _hidden_cleanup(fn) -> Phrase:
