@@ -1494,9 +1494,11 @@ PREDICTIONS = [
     ("1.3", lambda: [2, 2, 2], "reduce_other"),
     ("1.4", lambda: [0, 1, 2], "gather_one"),
     ("1.4", lambda: 3, "gather_shape"),
-    ("1.4", lambda: [[0], [1], [2]], "gather_other"),
+    ("1.4", lambda: [[0], [1], [2]], "gather_one"),  # one rank's list of 1-element tensors
+    ("1.4", lambda: [[0], [0, 1], [0, 1, 2]], "gather_other"),
     ("3.3", lambda: 2, "ratio_inverse"),
     ("3.3", lambda: 1, "ratio_other"),
+    ("3.3", lambda: None, "ratio_shape"),  # a prediction worked out, never returned
     ("4.3", lambda: ["b", "a", "c", "a"], "quiz_shape"),
     ("4.3", lambda: {1: "a", 2: "a", 3: "c", 4: "a"}, "quiz_wrong"),
     ("4.3", lambda: {1: "b)", 2: "(a)", 3: "C", 4: "b."}, "quiz_wrong"),
@@ -1607,10 +1609,22 @@ def test_a_wrong_prediction_explains_without_giving_the_answer(exercise_id, answ
         assert shown not in str(result), f"the feedback gives {shown!r} away: {result}"
 
 
+def _tensor(values):
+    import torch
+
+    return torch.tensor(values)
+
+
 def test_right_predictions_in_other_shapes_pass():
     assert BY_ID["1.3"].evaluate(lambda: (6.0, 6, 6)).passed
     assert BY_ID["1.4"].evaluate(lambda: [(0, 1, 2)] * 3).passed
     assert BY_ID["3.3"].evaluate(lambda: 1 / 2).passed
+    # What each rank's tensor holds, as the lesson makes them (one element each), or tensors
+    assert BY_ID["1.3"].evaluate(lambda: [[6], [6], [6]]).passed
+    assert BY_ID["1.3"].evaluate(lambda: [_tensor([6])] * 3).passed
+    assert BY_ID["1.4"].evaluate(lambda: [[[0], [1], [2]]] * 3).passed
+    assert BY_ID["1.4"].evaluate(lambda: [_tensor([0, 1, 2])] * 3).passed
+    assert BY_ID["3.3"].evaluate(lambda: "1/2").passed
 
 
 def test_a_wrong_quiz_answer_explains_the_concept_and_never_names_the_letter():

@@ -105,7 +105,19 @@ def _record(log: str, world_from: str | None, reference, args, kwargs) -> None:
     world = dist.get_world_size() if dist.is_initialized() else os.environ.get("WORLD_SIZE")
     if world_from is not None:
         world = inspect.signature(reference).bind(*args, **kwargs).arguments[world_from]
-    env = {k: os.environ.get(k) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK")}
+    # What an answer that reads its surroundings is given: the environment of its rank, the
+    # GPUs it sees (a check may pretend them) and the process group it is called in.
+    layout = (
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "GROUP_RANK",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_WORLD_SIZE",
+    )
+    env = {k: os.environ.get(k) for k in layout}
+    env["gpus"] = _gpus_seen()
+    env["group"] = id(dist.group.WORLD) if dist.is_initialized() else None
     line = {
         "pid": os.getpid(),
         "world": None if world is None else int(world),
@@ -117,6 +129,13 @@ def _record(log: str, world_from: str | None, reference, args, kwargs) -> None:
     }
     with open(log, "a") as f:
         f.write(json.dumps(line) + "\n")
+
+
+def _gpus_seen():
+    """What torch.cuda tells a caller of the GPUs there are (it creates no CUDA context)."""
+    import torch
+
+    return (torch.cuda.is_available(), torch.cuda.device_count())
 
 
 def _watching(reference, log: str, world_from: str | None):
