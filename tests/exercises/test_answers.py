@@ -1448,17 +1448,17 @@ WRONG = [(i, fn, key) for i, (wrong, _) in SWEEP.items() for fn, key in wrong]
 RIGHT = [(i, fn) for i, (_, right) in SWEEP.items() for fn in right]
 
 
-def _loader_run(epochs):
-    """What the loader check's 2 ranks report for a loader with DistributedSampler's
-    defaults, whose passes go in the order of `epochs`."""
+def _loader_run(epochs, n=60, batch=12):
+    """What the loader check's 2 ranks report for a loader of n items with
+    DistributedSampler's defaults, whose passes go in the order of `epochs`."""
     from ddp_helpers.exercises.lesson04 import loader
 
     def batches(rank, epoch):
-        order = loader._default_order(rank, 2, epoch)
-        return [order[k : k + 8] for k in range(0, len(order), 8)]
+        order = loader._default_order(rank, 2, epoch, n)
+        return [order[k : k + batch // 2] for k in range(0, len(order), batch // 2)]
 
     base = {"type": "DataLoader", "sampler": "DistributedSampler", "distributed": True}
-    return [{**base, "epochs": [batches(rank, e) for e in epochs]} for rank in range(2)]
+    return [{**base, "dealt": n, "epochs": [batches(rank, e) for e in epochs]} for rank in range(2)]
 
 
 def _judged(judge, *record):
@@ -1479,7 +1479,7 @@ def _judges():
         ("2.2", _judged(setup._judge_real, {**real, "joined": False}), "setup_real_missing"),
         ("2.2", _judged(setup._judge_real, {**joined, "group": (0, 1)}), "setup_real_group"),
         # A DistributedSampler that does not reshuffle on set_epoch: none of torch's does.
-        ("4.2", _judged(loader._judge_loader, _loader_run([0, 0]), 1), "loader_same_epoch"),
+        ("4.2", _judged(loader._judge_loader, _loader_run([0, 0]), 1, 60, 12), "loader_same_epoch"),
         # Several writers, neither every rank nor one a machine: ranks 0 and 3 of 2 x 2.
         ("4.1", _judged(capstone._judge_checkpoint, [0, 3], None, 4, 2), "ckpt_several"),
     ]

@@ -62,7 +62,8 @@ def test_each_exercise_declares_every_axis_by_its_rule(ex):
 
 
 def _seen(value, found: dict) -> None:
-    """What a value handed to the answer shows of the axes: dtypes, sizes, a model's parts."""
+    """What a value handed to the answer shows of the axes: dtypes, sizes (a data set's
+    length too), a model's parts."""
     import torch
 
     if isinstance(value, torch.Tensor):
@@ -86,6 +87,9 @@ def _seen(value, found: dict) -> None:
         found["keys"].append(repr(value))
     else:
         found["keys"].append(type(value).__name__)
+        if hasattr(value, "__len__"):  # a data set the answer is handed: its length
+            found["sizes"].add(len(value))
+            found["keys"].append(len(value))
 
 
 def _total(tensor) -> float | None:
