@@ -83,14 +83,13 @@ _TRYING: contextvars.ContextVar[dict | None] = contextvars.ContextVar("trying", 
 @contextlib.contextmanager
 def trying(**config) -> Iterator[None]:
     """Inside: the check tries this configuration (ranks=3, machines=2, dtype="float64",
-    call=2, step=2, ...; nested blocks add to it). A Wrong raised inside names it."""
-    from ._core import Wrong
-
+    call=2, step=2, ...; nested blocks add to it). A Wrong raised inside names it (the
+    innermost block's: a Wrong's `tried` is None until one names it)."""
     token = _TRYING.set({**(_TRYING.get() or {}), **config})
     try:
         yield
-    except Wrong as exc:
-        if exc.tried is None:
+    except Exception as exc:
+        if hasattr(exc, "tried") and exc.tried is None:
             exc.tried = Tried(**_TRYING.get())
         raise
     finally:
