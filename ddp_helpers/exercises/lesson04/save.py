@@ -37,6 +37,12 @@ MESSAGES = messages(
             "`if`, so that no rank reads the file before it is complete. A barrier inside "
             "`if rank == 0:` hangs."
         ),
+        "hint.save_state": (
+            "Save a dict of what model.module.state_dict() and optimizer.state_dict() return "
+            "at the call, as they are (no copy kept from an earlier call, nothing converted: "
+            "loaded, they must be the model and the optimizer as they were), and the epoch "
+            "you are given."
+        ),
         "hint.save_code": (
             "if dist.get_rank() == 0: torch.save({{'model': model.module.state_dict(), "
             "'optimizer': optimizer.state_dict(), 'epoch': epoch}}, path); then, on every "
@@ -533,21 +539,21 @@ q5 = Exercise(
     _check_save,
     save_checkpoint,
     texts=MESSAGES,
-    hints=("save_one_writer", "save_module", "save_barrier", "save_code"),
+    hints=("save_one_writer", "save_module", "save_barrier", "save_state", "save_code"),
     mistakes={
         "save_none": Mistake(hint="save_one_writer"),
         "save_machines": Mistake(hint="save_one_writer"),
         "save_count": Mistake(hint="save_one_writer"),
         "save_not_zero": Mistake(hint="save_one_writer"),
         "save_barrier": Mistake(hint="save_barrier"),
-        "save_keys": Mistake(hint="save_one_writer"),
-        "save_whole": Mistake(hint="save_one_writer"),
-        "save_not_state": Mistake(hint="save_one_writer"),
+        "save_keys": Mistake(hint="save_state"),
+        "save_whole": Mistake(hint="save_state"),
+        "save_not_state": Mistake(hint="save_state"),
         "save_prefix": Mistake(hint="save_module"),
         "save_strict": Mistake(hint="save_module"),
-        "save_weights": Mistake(hint="save_one_writer"),
-        "save_optimizer": Mistake(hint="save_one_writer"),
-        "save_epoch": Mistake(hint="save_one_writer"),
+        "save_weights": Mistake(hint="save_state"),
+        "save_optimizer": Mistake(hint="save_state"),
+        "save_epoch": Mistake(hint="save_state"),
         "off_device": Mistake(),
         "hang": Mistake(hint="save_barrier"),
         "mismatch": Mistake(hint="save_barrier"),
