@@ -104,14 +104,21 @@ def _has_meta(value) -> bool:
 def default_device_elsewhere():
     """Inside: tensors the answer makes without device= are on `meta`, and collectives
     called without a group use a group that gives up after PROBE_TIMEOUT seconds; the list
-    yielded collects the collectives that got a meta tensor. Every rank must enter it."""
+    yielded collects the collectives that got a meta tensor. Every rank must enter it: where
+    one does not within PROBE_TIMEOUT (it still waits in a collective of the answer's that
+    the others never called), it yields None and probes nothing, and the launch names the
+    rank left waiting."""
     import datetime
     import inspect
 
     import torch.distributed as dist
 
     offended: list[str] = []
-    probe = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=PROBE_TIMEOUT))
+    try:
+        probe = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=PROBE_TIMEOUT))
+    except dist.DistStoreError:  # its rendezvous timed out: a rank never came
+        yield None
+        return
     real = {name: getattr(dist, name) for name in collectives()}
 
     def guarded(name, collective):
@@ -143,10 +150,13 @@ def default_device_elsewhere():
 def made_off_device(fn, *args) -> str | None:
     """Run fn(*args) with the default device moved away from the data's: the first collective
     handed a tensor made without device=, or None. An answer that fails there for another
-    reason is judged by its run on the CPU, not here."""
+    reason is judged by its run on the CPU, not here; where the ranks are not all there to
+    probe (default_device_elsewhere), None too."""
     import warnings
 
     with default_device_elsewhere() as offended, warnings.catch_warnings():
+        if offended is None:
+            return None
         warnings.simplefilter("ignore")  # the run on the CPU has shown them
         try:
             fn(*args)

@@ -1126,7 +1126,8 @@ def save_with_an_all_reduce_as_the_barrier(model, optimizer, epoch, path):
 
     if dist.get_rank() == 0:
         torch.save(_checkpoint(model, optimizer, epoch), path)
-    dist.all_reduce(torch.zeros(1))  # every rank waits here for rank 0, as a barrier does
+    done = torch.zeros(1, device=next(model.parameters()).device)  # where nccl takes it
+    dist.all_reduce(done)  # every rank waits here for rank 0, as a barrier does
 
 
 def save_nothing_but_the_barrier(model, optimizer, epoch, path):
