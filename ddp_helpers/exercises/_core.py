@@ -15,6 +15,7 @@ from .. import i18n
 from ..launcher import DistributedError
 from ..stubs import exercise_raised
 from .answer import Answer
+from .space import Space  # noqa: F401 - re-exported
 from .texts import MESSAGES, Listed, Phrase, Texts, and_list, sayer  # noqa: F401 - re-exported
 from .verdicts import CheckStatus, Hidden  # noqa: F401 - Hidden: the grader's, from here too
 
@@ -43,6 +44,7 @@ class Wrong(Exception):
     def __init__(self, key: str, /, **fields):
         super().__init__(key)
         self.key, self.fields = key, fields
+        self.tried = None  # the configuration it was found in (space.trying), if named
 
 
 @dataclass
@@ -57,6 +59,7 @@ class Result:
     hint_name: str | None = None
     hidden: Hidden | None = None  # None: the grader's extra cases did not run
     texts: Texts = field(default_factory=Texts, repr=False, compare=False)
+    tried: dict = field(default_factory=dict)  # the configuration the mistake showed in
 
     @property
     def passed(self) -> bool:
@@ -69,10 +72,18 @@ class Result:
         if self.status is CheckStatus.CORRECT:
             text = t.text("correct", id=id, detail=self.fields.get("detail", ""))
         elif self.status is CheckStatus.WRONG:
-            text = t.text("wrong", id=id, detail=t.text(self.mistake, **self.fields))
+            detail = t.text(self.mistake, **self.fields) + self._where()
+            text = t.text("wrong", id=id, detail=detail)
         else:
             text = t.text(self.mistake, id=id, **self.fields)
         return text if self.hidden is not Hidden.FAILED else t.text("hidden", message=text)
+
+    def _where(self) -> str:
+        """' (Seen with 3 ranks on 2 machines, float64 values.)': where the mistake showed."""
+        if not self.tried:
+            return ""
+        parts = [Phrase(f"tried_{key}", v=value) for key, value in self.tried.items()]
+        return self.texts.text("tried", where=Listed(parts))
 
     @property
     def hint(self) -> str | None:
@@ -194,6 +205,7 @@ class Exercise:
         further: bool = False,
         hang_timeout: float = HANG_TIMEOUT,
         run_time: float = RUN_TIME,
+        space: Space | None = None,
     ):
         self.id = id  # "1.2": lesson 1, exercise 2, as the stub's message says
         self.name = name  # what the learner defines in the notebook
@@ -211,6 +223,8 @@ class Exercise:
         # its cases (hidden ones too) run within run_time: tests/exercises hold both.
         self.hang_timeout = hang_timeout
         self.run_time = run_time
+        # What an answer could hard-code, and what the check draws of it (space.py).
+        self.space = space
         self._next_hint = 0
         self._check_texts()
 
@@ -313,7 +327,9 @@ class Exercise:
         mistake = self.mistakes.get(exc.key) or RANK_MISTAKES.get(exc.key)
         if mistake is None:  # a bug in the check, not in the answer
             raise LookupError(f"exercise {self.id} does not declare mistake {exc.key!r}") from exc
-        return self._result(CheckStatus.WRONG, exc.key, exc.fields, mistake.hint)
+        result = self._result(CheckStatus.WRONG, exc.key, exc.fields, mistake.hint)
+        result.tried = exc.tried.config if exc.tried is not None else {}
+        return result
 
     def _not_attempted(self, stub: str) -> tuple[str, dict]:
         """The key and fields that say which stub is still there."""

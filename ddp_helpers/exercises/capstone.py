@@ -1,9 +1,13 @@
 """Lesson 04's capstone, exercise 4.1: a one-process training script turned into DDP.
 
-The learner's `train_ddp(epochs, path)` runs on 2 ranks and on 2 simulated machines x 2
-ranks, with spies on the classes it must use (DistributedDataParallel, DistributedSampler),
-each rank saving into a folder of its own so that the file system shows who wrote. Its
-final weights must equal one process's trained on the same global batches.
+The learner's `train_ddp(epochs, path)` runs on 2 and 3 ranks and on 2 simulated machines x
+2 ranks, for a number of epochs the check draws (never the notebook's), with spies on what
+the recipe uses (capstone_spies.py): DDP and the training batches through its model, each
+pass of a DistributedSampler and the order it gave, set_epoch, and every torch.save and
+torch.load of the checkpoint's folder, by rank. Every rank is given the same path, as a job
+on shared storage is, so that a rank may load what rank 0 saved. Its final weights must
+equal one process's trained on the same global batches, each epoch's order that of
+DistributedSampler told the epoch, and a checkpoint written after every epoch, by rank 0.
 """
 
 from __future__ import annotations
@@ -11,29 +15,60 @@ from __future__ import annotations
 import io
 import os
 
-from ..files import read_capped
+from ..files import read_capped, remove_tree
 from ..i18n import messages
+from . import capstone_spies as spies
 from ._core import (
     Exercise,
+    Listed,
     Mistake,
     Phrase,
     Wrong,
     and_list,
-    rank_folder,
-    rank_folders,
     run_on_ranks,
     weights_apart,
-    writers,
 )
+from .space import CHECK_SEED, HIDDEN_SEEDS, Space, trying
 
 # The script's data, model and settings, as the notebook's cell defines them. 96 items
-# in global batches of 16: every global batch is full, and divides evenly, on 1, 2 and 4
-# ranks, so that DDP is exactly one process on the same batches (no sampler padding).
+# divide evenly among 2, 3 and 4 ranks (no sampler padding); each rank takes
+# GLOBAL_BATCH // world rows a step, so that a step takes the same global batch as one
+# process would: 16 rows on 2 and 4 ranks, 15 on 3 (and a last one of 6 in each epoch).
 ITEMS, GLOBAL_BATCH, LR = 96, 16, 0.1
-EPOCHS = 2  # what the check trains for: two epochs show whether the shuffle changes
 TOLERANCE = 1e-6  # float32 sums in another order: the reference measures max |dW| 6e-8
-SCENARIOS = ((2, 1), (4, 2))  # (ranks, machines): one machine, then 2 machines x 2 ranks
 CHECKPOINT_LIMIT = 64 << 20  # bytes of a checkpoint the check reads (the lesson's: ~10 KB)
+CHECKPOINT = "checkpoint.pt"  # its name in the check's folder, given to every rank
+# (ranks, machines): two world sizes on one machine, one of them not a power of two, and 2
+# machines x 2 ranks, where LOCAL_RANK 0 is not only rank 0.
+LAYOUTS = ((2, 1), (3, 1), (4, 2))
+SPACE = Space(
+    drawn={
+        "world": (2, 3, 4),
+        "machines": (1, 2),
+        "steps": (3, 5),  # epochs of training, each of 6 or 7 optimizer steps
+        "counts": {"epochs": (3, 5)},
+    },
+    why_not={
+        "calls": "train_ddp is a rank's whole job, from setup() to cleanup(): a second call "
+        "in the same process would make a second default group, which torch names as the "
+        'first ("0" again after destroy_process_group) and whose rendezvous then reads the '
+        "first one's keys from the store; the launcher starts fresh ranks for each job",
+        "dtypes": "the answer builds the script's data and model by name (make_dataset(), "
+        "make_model(): float32), and converting them is no step of the recipe",
+        "model": "the model is the script's own (make_model(): no buffer and no frozen "
+        "parameter, as the notebook says BatchNorm would make DDP differ from one process), "
+        "built by the answer by name",
+        "lengths": "the data set is the script's 96 examples, built by the answer; what "
+        "varies is how each world size deals it (shares of 48, 32 and 24 rows, in batches "
+        "of 8, 5 and 4)",
+        "device": "the device is the one the answer's own setup() returns (exercise 2.2 "
+        "checks it with CUDA present and absent); the off-device probe runs an answer a "
+        "second time, which train_ddp cannot be in one process (see calls)",
+    },
+    # The notebook trains for 4 epochs (its full run and its script's --epochs); the check
+    # used to train for 2, which `range(2)` passed.
+    notebook={"epochs": 4},
+)
 
 MESSAGES = messages(
     "exercises.capstone",
@@ -47,6 +82,12 @@ MESSAGES = messages(
             "DistributedSampler shuffles each epoch with the seed `seed + epoch`, where "
             "epoch is what set_epoch last told it. Tell it at the top of each epoch, before "
             "the loop over batches, with the loop's own epoch number."
+        ),
+        "hint.shuffle": (
+            "DistributedSampler(dataset) shuffles by default, with the same seed (0) on every "
+            "rank: each epoch a new order, dealt out in shares that do not overlap, the order "
+            "of epoch e drawn from seed + e. Leave shuffle and seed at their defaults (the "
+            "script's DataLoader shuffled too), and tell the sampler each epoch."
         ),
         "hint.batch": (
             "GLOBAL_BATCH is the batch of one optimizer step over all ranks together: each "
@@ -73,6 +114,11 @@ MESSAGES = messages(
             "no collective (a barrier, an all_reduce) inside that `if`: the other ranks "
             "never join it, and the job hangs."
         ),
+        "hint.load": (
+            "A rank that loads the checkpoint rank 0 writes must wait until it is written: "
+            "after rank 0's `if`, every rank calls dist.barrier(), then loads it, with "
+            "map_location set to its own device."
+        ),
         "hint.code": (
             "device = setup(); model = wrap(make_model(), device); dataset = "
             "make_dataset(); loader = DataLoader(dataset, batch_size=GLOBAL_BATCH // "
@@ -94,7 +140,10 @@ MESSAGES = messages(
             "epoch on rank {rank}), so the ranks repeated each other's work."
         ),
         "no_sampler.title": "no DistributedSampler",
-        "passes": "Rank {rank} went through its data {passes} times in {epochs} epochs.",
+        "passes": (
+            "train_ddp was asked for {epochs} epochs, and rank {rank} trained on its data "
+            "{passes} time(s): one pass over it per epoch, as many as `epochs` says."
+        ),
         "passes.title": "not one pass over the data per epoch",
         "epoch_never": (
             "set_epoch was never called: every epoch went through the data in the same "
@@ -122,6 +171,19 @@ MESSAGES = messages(
             "Epoch {epoch} went through the data in the order of epoch {used} on rank {rank}."
         ),
         "epoch_other.title": "an epoch in another epoch's order",
+        "epoch_unshuffled": (
+            "Rank {rank} went through its share in the data set's order in every epoch "
+            "({first}, ...): nothing shuffled it (a DistributedSampler made with "
+            "shuffle=False keeps that order, set_epoch or not)."
+        ),
+        "epoch_unshuffled.title": "the data never shuffled",
+        "epoch_seed": (
+            "In epoch {epoch} rank {rank} went through its share in an order DistributedSampler "
+            "gives no epoch with its default seed (0): the sampler was given a seed of its "
+            "own, or the order came from elsewhere. The check compares the run with one "
+            "process on the same global batches, those of the sampler's defaults."
+        ),
+        "epoch_seed.title": "not the order of the sampler's default seed",
         "batch_global": (
             "Each rank took batches of {got}, the whole global batch: on {world} ranks every "
             "step averaged {total} examples, not GLOBAL_BATCH = {batch}."
@@ -169,6 +231,20 @@ MESSAGES = messages(
             "model train_ddp returned): save after every epoch, the last one included."
         ),
         "ckpt_stale.title": "the checkpoint does not hold the final weights",
+        "ckpt_epochs": (
+            "Rank 0 saved the checkpoint after {saved} of the {epochs} epochs: none was "
+            "written after epoch(s) {missing}. The script saves after every epoch, so that a "
+            "job stopped midway loses one epoch's work at most."
+        ),
+        "ckpt_epochs.title": "not a checkpoint after every epoch",
+        "ckpt_no_barrier": (
+            "Rank {rank} loaded the checkpoint while rank 0 could still be writing it: no "
+            "collective (a barrier) came between rank 0's torch.save and rank {rank}'s "
+            "torch.load, so the load may find no file yet, half of it, or the previous "
+            "epoch's (here the check let it wait for the file; on a real run it depends on "
+            "timing)."
+        ),
+        "ckpt_no_barrier.title": "the checkpoint loaded without waiting for rank 0's save",
         "group_left": (
             "The process group was left initialised: dist.is_initialized() was still True "
             "on rank {rank} when train_ddp returned."
@@ -207,10 +283,11 @@ MESSAGES = messages(
         ),
         "weights_differ.title": "not the weights one process trains on the same batches",
         "ok": (
-            "On 2 ranks and on 2 machines x 2 ranks, every rank ended with the weights of "
-            "one process trained on the same global batches (max |dW| = {diff:.1e}; allowed "
-            "{tol:g}); a new shuffle each epoch; the checkpoint written once, by rank 0, "
-            "without `module.`; no process group left."
+            "On {worlds} ranks and on 2 machines x 2 ranks, for {epochs} epochs, every rank "
+            "ended with the weights of one process trained on the same global batches (max "
+            "|dW| = {diff:.1e}; allowed {tol:g}); each epoch in the order DistributedSampler "
+            "gives it; a checkpoint after every epoch, written by rank 0 alone, without "
+            "`module.`; no process group left."
         ),
     },
 )
@@ -274,71 +351,20 @@ def train_ddp(epochs, path):
 # ---------------------------------------------------------------- what the ranks run
 
 
-def _install_spies(record: dict) -> None:
-    """Record, whatever names the answer imported them under, what DDP and the sampler do."""
-    import torch
-    from torch.nn.parallel import DistributedDataParallel
-    from torch.utils.data.distributed import DistributedSampler
-
-    real_init = DistributedDataParallel.__init__
-    real_iter = DistributedSampler.__iter__
-    real_set_epoch = DistributedSampler.set_epoch
-
-    def init(self, module, *args, **kwargs):
-        real_init(self, module, *args, **kwargs)
-        record["wrapped"].append(module)
-
-        def batch_size(_, inputs):
-            first = inputs[0] if inputs else None
-            record["batches"].append(len(first) if hasattr(first, "__len__") else None)
-            if len(record["early"]) < 2 and torch.is_grad_enabled():
-                record["early"].append(_weights(module))  # before the first step, and after
-
-        self.register_forward_pre_hook(batch_size)
-
-    def iterate(self):
-        order = list(real_iter(self))
-        record["passes"].append((self.epoch, order))
-        record["iterated"].add(id(self))
-        return iter(order)
-
-    def set_epoch(self, epoch):
-        # (the epoch told, the passes begun before it, which sampler was told)
-        record["set_epoch"].append((epoch, len(record["passes"]), id(self)))
-        real_set_epoch(self, epoch)
-
-    DistributedDataParallel.__init__ = init
-    DistributedSampler.__iter__ = iterate
-    DistributedSampler.set_epoch = set_epoch
-
-
-def _weights(model) -> dict:
-    return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-
-
 def _capstone_harness(train_ddp, epochs, folder):
-    """One rank: train_ddp with spies, saving into this rank's own folder."""
+    """One rank: train_ddp with spies, every rank given the same checkpoint path."""
     import torch
     import torch.distributed as dist
 
-    rank = int(os.environ["RANK"])
-    record = {
-        "wrapped": [],
-        "batches": [],
-        "passes": [],
-        "set_epoch": [],
-        "iterated": set(),
-        "early": [],
-    }
-    _install_spies(record)
+    record = spies.new_record()
+    spies.install(record, folder)
     try:
-        model = train_ddp(epochs, os.path.join(rank_folder(folder, rank), "ckpt.pt"))
+        model = train_ddp(epochs, os.path.join(folder, CHECKPOINT))
         left = dist.is_initialized()
         trained = getattr(model, "module", model)
         returned = None if isinstance(trained, torch.nn.Module) else repr(model)[:40]
-        weights = _weights(trained) if returned is None else None
+        weights = spies.weights(trained) if returned is None else None
         del model, trained
-        record["wrapped"] = len(record["wrapped"])
         return {**record, "left_initialised": left, "weights": weights, "returned": returned}
     finally:
         if dist.is_initialized():
@@ -348,22 +374,29 @@ def _capstone_harness(train_ddp, epochs, folder):
 # ---------------------------------------------------------------- the parent's side
 
 
-def global_batches(epoch: int, seed: int = 0) -> list[list[int]]:
-    """The items of each global batch of `epoch`, whatever the number of ranks.
+def _per_rank(world: int) -> int:
+    return GLOBAL_BATCH // world
+
+
+def global_batches(epoch: int, seed: int = 0, world: int = 2) -> list[list[int]]:
+    """The items of each global batch of `epoch` on `world` ranks.
 
     DistributedSampler draws the permutation of seed + epoch; rank r takes its positions
-    r, r + W, ...; its k-th batch of GLOBAL_BATCH // W is positions k * GLOBAL_BATCH + r +
-    W * j: together, the ranks' k-th batches are the k-th block of GLOBAL_BATCH positions.
+    r, r + W, ...; its k-th batch of b = GLOBAL_BATCH // W is positions W * (k * b + j) + r:
+    together, the ranks' k-th batches are the k-th block of W * b positions (the last one
+    shorter where the shares do not divide by b).
     """
     import torch
 
     order = torch.randperm(ITEMS, generator=torch.Generator().manual_seed(seed + epoch))
-    return [order[k : k + GLOBAL_BATCH].tolist() for k in range(0, ITEMS, GLOBAL_BATCH)]
+    block = world * _per_rank(world)
+    return [order[k : k + block].tolist() for k in range(0, ITEMS, block)]
 
 
-def one_process_run(epochs: int) -> tuple[dict, list[float]]:
-    """The script's training in one process, on DDP's global batches: the weights, and each
-    epoch's mean batch loss (each batch's before its step), what the script logs."""
+def one_process_run(epochs: int, world: int = 2) -> tuple[dict, list[float]]:
+    """The script's training in one process, on DDP's global batches on `world` ranks: the
+    weights, and each epoch's mean batch loss (each batch's before its step), what the
+    script logs."""
     import torch
 
     x, y = make_dataset().tensors
@@ -372,37 +405,37 @@ def one_process_run(epochs: int) -> tuple[dict, list[float]]:
     means = []
     for epoch in range(epochs):
         losses = []
-        for batch in global_batches(epoch):
+        for batch in global_batches(epoch, world=world):
             optimizer.zero_grad()
             loss = torch.nn.functional.mse_loss(model(x[batch]), y[batch])
             loss.backward()
             optimizer.step()
             losses.append(loss.item())
         means.append(sum(losses) / len(losses))
-    return _weights(model), means
+    return spies.weights(model), means
 
 
-def one_process_weights(epochs: int) -> dict:
+def one_process_weights(epochs: int, world: int = 2) -> dict:
     """The script's training in one process, on DDP's global batches."""
-    return one_process_run(epochs)[0]
+    return one_process_run(epochs, world)[0]
 
 
-def one_process_losses(epochs: int) -> list[float]:
+def one_process_losses(epochs: int, world: int = 2) -> list[float]:
     """Each epoch's mean batch loss of that training: what the script's rank 0 logs."""
-    return one_process_run(epochs)[1]
+    return one_process_run(epochs, world)[1]
 
 
-def one_process_first_step() -> dict:
+def one_process_first_step(world: int = 2) -> dict:
     """What one process's first step changes in each weight: the answer's first is compared."""
     import torch
 
     x, y = make_dataset().tensors
     model = make_model()
-    before = _weights(model)
-    batch = global_batches(0)[0]
+    before = spies.weights(model)
+    batch = global_batches(0, world=world)[0]
     torch.nn.functional.mse_loss(model(x[batch]), y[batch]).backward()
     torch.optim.SGD(model.parameters(), lr=LR).step()
-    return {k: v - before[k] for k, v in _weights(model).items()}
+    return {k: v - before[k] for k, v in spies.weights(model).items()}
 
 
 def _finite(weights: dict) -> bool:
@@ -428,10 +461,10 @@ def _name_the_step(r: dict, first_step: dict, where, world: int) -> None:
 
     On W ranks with B/W rows each, DDP's average of summed losses is B/W times the mean's
     gradient; a learning rate times W, W times. At W = 4, B = 16 the two are alike: the
-    2-rank scenario, run first, tells them apart.
+    2-rank layout, which every draw runs first, tells them apart.
     """
     ratio = _step_ratio(r["early"], first_step)
-    rows = GLOBAL_BATCH // world
+    rows = _per_rank(world)
     named = [
         key
         for key, factor in (("lr_scaled", world), ("loss_summed", rows))
@@ -441,74 +474,132 @@ def _name_the_step(r: dict, first_step: dict, where, world: int) -> None:
         raise Wrong(named[0], where=where, world=world, rows=rows, batch=GLOBAL_BATCH)
 
 
-def _run_scenario(fn, ranks: int, nodes: int) -> tuple[list[dict], list[int], object]:
-    """Each rank's record, the ranks that wrote a file, and what rank 0's file holds."""
+def _run_scenario(fn, ranks: int, nodes: int, epochs: int) -> tuple[list[dict], object]:
+    """Each rank's record, and what the checkpoint file holds (None: no file)."""
+    import tempfile
+
     import torch
 
-    with rank_folders(ranks, "ddp-capstone-check-") as folder:
-        results = run_on_ranks(
-            _capstone_harness,
-            fn,
-            EPOCHS,
-            folder,
-            nprocs=ranks,
-            nnodes=nodes,
-        )
-        wrote = writers(folder, ranks)
-        saved = None
-        first = os.path.join(rank_folder(folder, wrote[0]), "ckpt.pt") if wrote else None
-        if first and os.path.lexists(first):
+    folder = tempfile.mkdtemp(prefix="ddp-capstone-check-")
+    try:
+        results = run_on_ranks(_capstone_harness, fn, epochs, folder, nprocs=ranks, nnodes=nodes)
+        path, saved = os.path.join(folder, CHECKPOINT), None
+        if os.path.lexists(path):
             try:  # a file the answer's ranks wrote: read as files.py reads one (no link)
-                data = io.BytesIO(read_capped(first, CHECKPOINT_LIMIT))
+                data = io.BytesIO(read_capped(path, CHECKPOINT_LIMIT))
                 saved = torch.load(data, map_location="cpu", weights_only=True)
             except Exception as exc:  # noqa: BLE001 - what the file holds is the finding
                 saved = Phrase("ckpt_load_error", name=type(exc).__name__)
-        return list(results), wrote, saved
+        return [_training_view(r) for r in results], saved
+    finally:
+        remove_tree(folder)  # whatever the ranks made there
 
 
-def _judge_training(results: list[dict], world: int) -> None:
-    """Wrapped, sharded, reshuffled, the right batch: the most basic mistakes first."""
+def _training_view(r: dict) -> dict:
+    """A rank's record with its training passes apart: the passes a training batch was
+    taken in (an evaluation's pass over the same sampler is none), each batch's rows by
+    pass, and every count of passes begun (at set_epoch, at a save) counted in them."""
+    trained = sorted({taken for taken, _ in r["batches"] if taken >= 0})
+
+    def begun(count: int) -> int:
+        return sum(1 for taken in trained if taken < count)
+
+    return {
+        **r,
+        "training": [r["passes"][i] for i in trained],
+        "rows": [[rows for taken, rows in r["batches"] if taken == i] for i in trained],
+        "set_epoch": [(v, begun(n), told) for v, n, told in r["set_epoch"]],
+        "saves": [{**s, "passes": begun(s["passes"])} for s in r["saves"]],
+        "iterated": {told for i, told in enumerate(r["iterated"]) if i in trained},
+    }
+
+
+def expected_order(rank: int, world: int, epoch: int) -> list[int]:
+    """The share DistributedSampler, with its defaults, gives `rank` in `epoch`."""
+    from torch.utils.data.distributed import DistributedSampler
+
+    sampler = DistributedSampler(range(ITEMS), num_replicas=world, rank=rank)
+    sampler.set_epoch(epoch)
+    return list(sampler)
+
+
+def _judge_training(results: list[dict], world: int, epochs: int) -> None:
+    """Wrapped, sharded, one pass an epoch, each epoch's order, the right batch: the most
+    basic mistakes first."""
     if not all(r["wrapped"] for r in results):
         raise Wrong("not_wrapped", ranks=world)
     for rank, r in enumerate(results):
-        if not r["passes"]:
-            rows = sum(b or 0 for b in r["batches"]) // EPOCHS
+        if not r["training"]:
+            rows = sum(rows or 0 for _, rows in r["batches"]) // epochs
             raise Wrong("no_sampler", rows=rows, rank=rank)
-        if len(r["passes"]) != EPOCHS:
-            raise Wrong("passes", rank=rank, passes=len(r["passes"]), epochs=EPOCHS)
+        if len(r["training"]) != epochs:
+            raise Wrong("passes", rank=rank, passes=len(r["training"]), epochs=epochs)
     for rank, r in enumerate(results):
-        used = [epoch for epoch, _ in r["passes"]]
-        if used == list(range(EPOCHS)):
-            continue
-        if r["set_epoch"] and not any(told in r["iterated"] for *_, told in r["set_epoch"]):
-            raise Wrong("epoch_elsewhere")
-        calls = [(value, begun) for value, begun, told in r["set_epoch"] if told in r["iterated"]]
-        if not calls:
-            raise Wrong("epoch_never")
-        if len(calls) > 1 and len({value for value, _ in calls}) == 1:
-            raise Wrong("epoch_constant", value=calls[0][0])
-        late = [value for value, begun in calls if isinstance(value, int) and begun > value]
-        wrong = next(e for e, u in enumerate(used) if u != e)
-        if late:
-            raise Wrong("epoch_late", epoch=late[0], wrong=wrong, used=used[wrong])
-        raise Wrong("epoch_other", epoch=wrong, used=used[wrong], rank=rank)
-    want = GLOBAL_BATCH // world
+        _judge_orders(r, rank, world, epochs)
     for rank, r in enumerate(results):
-        if r["batches"] and all(b == GLOBAL_BATCH for b in r["batches"]):
-            total = GLOBAL_BATCH * world
-            raise Wrong(
-                "batch_global", got=GLOBAL_BATCH, world=world, total=total, batch=GLOBAL_BATCH
-            )
-        odd = next((b for b in r["batches"] if b != want), None)
+        _judge_batches(r, rank, world)
+
+
+def _judge_orders(r: dict, rank: int, world: int, epochs: int) -> None:
+    """Each epoch in the order DistributedSampler's defaults give it, however the answer
+    got there (set_epoch, or a sampler made each epoch with seed=epoch); else what the
+    orders and the set_epoch calls show."""
+    shown = range(epochs + 3)  # the epochs an order is looked up among
+    used = [
+        next((k for k in shown if order == expected_order(rank, world, k)), None)
+        for order in r["training"]
+    ]
+    if used == list(range(epochs)):
+        return
+    wrong = next(e for e, u in enumerate(used) if u != e)
+    if r["training"][wrong] == list(range(rank, ITEMS, world)):
+        first = Listed(r["training"][wrong][:4])
+        raise Wrong("epoch_unshuffled", rank=rank, first=first)
+    if used[wrong] is None:
+        raise Wrong("epoch_seed", rank=rank, epoch=wrong)
+    _name_the_epochs(r, rank, used, wrong)
+
+
+def _name_the_epochs(r: dict, rank: int, used: list, wrong: int) -> None:
+    """Epoch `wrong` went through another epoch's order: what the set_epoch calls show."""
+    told = [(value, begun) for value, begun, sampler in r["set_epoch"] if sampler in r["iterated"]]
+    alike = len(set(used)) == 1
+    if alike and used[0] == 0 and r["set_epoch"] and not told:
+        raise Wrong("epoch_elsewhere")
+    if alike and used[0] == 0 and not told:
+        raise Wrong("epoch_never")
+    if alike and len(told) > 1 and len({value for value, _ in told}) == 1:
+        raise Wrong("epoch_constant", value=told[0][0])
+    late = [value for value, begun in told if isinstance(value, int) and begun > value]
+    if late:
+        raise Wrong("epoch_late", epoch=late[0], wrong=wrong, used=used[wrong])
+    raise Wrong("epoch_other", epoch=wrong, used=used[wrong], rank=rank)
+
+
+def _judge_batches(r: dict, rank: int, world: int) -> None:
+    """Each pass in batches of GLOBAL_BATCH // world rows (the last one the share's rest)."""
+    want = _per_rank(world)
+    share = len(r["training"][0])
+    expected = [want] * (share // want) + ([share % want] if share % want else [])
+    if all(rows and rows[0] == GLOBAL_BATCH for rows in r["rows"]):
+        total = GLOBAL_BATCH * world
+        raise Wrong("batch_global", got=GLOBAL_BATCH, world=world, total=total, batch=GLOBAL_BATCH)
+    for rows in r["rows"]:
+        odd = next((got for got, ok in zip(rows, expected, strict=False) if got != ok), None)
         if odd is not None:
             raise Wrong(
                 "batch_other", rank=rank, got=odd, batch=GLOBAL_BATCH, world=world, want=want
             )
 
 
+def _writers(results: list[dict]) -> list[int]:
+    return [rank for rank, r in enumerate(results) if r["saves"]]
+
+
 def _judge_checkpoint(wrote: list[int], saved, world: int, nodes: int) -> None:
+    """Who wrote the checkpoint (`wrote`), and what it holds (`saved`: None for no file)."""
     per_node = world // nodes
-    if not wrote:
+    if not wrote and saved is None:
         raise Wrong("ckpt_none")
     if len(wrote) > 1:
         ranks = and_list(wrote)
@@ -517,7 +608,7 @@ def _judge_checkpoint(wrote: list[int], saved, world: int, nodes: int) -> None:
         if len(wrote) == world:
             raise Wrong("ckpt_every_rank", world=world)
         raise Wrong("ckpt_several", ranks=ranks)
-    if wrote != [0]:
+    if wrote and wrote != [0]:
         raise Wrong("ckpt_not_zero", rank=wrote[0])
     if not isinstance(saved, dict) or not saved:
         what = saved if isinstance(saved, Phrase) else Phrase("ckpt_a", name=type(saved).__name__)
@@ -529,6 +620,27 @@ def _judge_checkpoint(wrote: list[int], saved, world: int, nodes: int) -> None:
         make_model().load_state_dict(saved, strict=True)
     except (RuntimeError, TypeError, AttributeError) as exc:
         raise Wrong("ckpt_strict", error=str(exc).splitlines()[0]) from None
+
+
+def _judge_reload(results: list[dict]) -> None:
+    """A rank's load of the checkpoint with no collective between it and a save of rank 0:
+    the same sequence number on both (capstone_spies.py)."""
+    saves = {s["seq"] for s in results[0]["saves"]} - {None}
+    for rank, r in enumerate(results[1:], 1):
+        if any(load["seq"] in saves for load in r["loads"]):
+            raise Wrong("ckpt_no_barrier", rank=rank)
+
+
+def _judge_saves(results: list[dict], epochs: int) -> None:
+    """A save by rank 0 after each epoch's pass began, before the next one's: every epoch."""
+    saves = results[0]["saves"]
+    if not saves:
+        return  # a file the spies did not see written: judged by what it holds alone
+    after = {s["passes"] - 1 for s in saves}
+    missing = [epoch for epoch in range(epochs) if epoch not in after]
+    if missing:
+        saved = epochs - len(missing)
+        raise Wrong("ckpt_epochs", saved=saved, epochs=epochs, missing=and_list(missing))
 
 
 def _judge_weights(results: list[dict], saved, where, world: int, reference: dict) -> float:
@@ -544,6 +656,7 @@ def _judge_weights(results: list[dict], saved, where, world: int, reference: dic
     stale = weights_apart(saved, final)
     if not stale <= TOLERANCE:
         raise Wrong("ckpt_stale", diff=stale)
+    _judge_saves(results, reference["epochs"])
     for rank, r in enumerate(results[1:], 1):
         diff = weights_apart(r["weights"], final)
         if not diff <= TOLERANCE:
@@ -555,13 +668,14 @@ def _judge_weights(results: list[dict], saved, where, world: int, reference: dic
     return diff
 
 
-def _judge(fn, ranks: int, nodes: int, reference: dict) -> float:
-    results, wrote, saved = _run_scenario(fn, ranks, nodes)
-    _judge_training(results, ranks)
+def _judge(fn, ranks: int, nodes: int, epochs: int) -> float:
+    results, saved = _run_scenario(fn, ranks, nodes, epochs)
+    _judge_training(results, ranks, epochs)
     for r in results:
         if r["returned"] is not None:
             raise Wrong("no_model", got=r["returned"])
-    _judge_checkpoint(wrote, saved, ranks, nodes)
+    _judge_checkpoint(_writers(results), saved, ranks, nodes)
+    _judge_reload(results)
     for rank, r in enumerate(results):
         if r["left_initialised"]:
             raise Wrong("group_left", rank=rank)
@@ -570,13 +684,42 @@ def _judge(fn, ranks: int, nodes: int, reference: dict) -> float:
         if nodes == 1
         else Phrase("where_nodes", nodes=nodes, per_node=ranks // nodes)
     )
+    reference = {
+        "weights": one_process_weights(epochs, ranks),
+        "first_step": one_process_first_step(ranks),
+        "epochs": epochs,
+    }
     return _judge_weights(results, saved, where, ranks, reference)
 
 
-def _check_train_ddp(fn) -> Phrase:
-    reference = {"weights": one_process_weights(EPOCHS), "first_step": one_process_first_step()}
-    diff = max(_judge(fn, ranks, nodes, reference) for ranks, nodes in SCENARIOS)
-    return Phrase("ok", diff=diff, tol=TOLERANCE)
+def _draws(seed: int) -> list[tuple[int, int, int]]:
+    """(ranks, machines, epochs) of each run for this seed: check() every layout, each
+    grader's draw the 2-rank one (which tells a scaled learning rate from a summed loss)
+    and one other, with other epochs."""
+    epochs = SPACE.drawn["counts"]["epochs"]
+    layouts = LAYOUTS if seed == CHECK_SEED else (LAYOUTS[0], LAYOUTS[1 + seed % 2])
+    return [
+        (ranks, machines, epochs[(i + seed) % len(epochs)])
+        for i, (ranks, machines) in enumerate(layouts)
+    ]
+
+
+def _check_train_ddp(fn, seed: int = CHECK_SEED) -> Phrase:
+    diffs, draws = [], _draws(seed)
+    for ranks, machines, epochs in draws:
+        with trying(ranks=ranks, machines=machines, epochs=epochs):
+            diffs.append(_judge(fn, ranks, machines, epochs))
+    worlds = sorted({ranks for ranks, machines, _ in draws if machines == 1})
+    epochs = sorted({epochs for *_, epochs in draws})
+    return Phrase(
+        "ok", worlds=and_list(worlds), epochs=and_list(epochs), diff=max(diffs), tol=TOLERANCE
+    )
+
+
+def _hidden_train_ddp(fn) -> Phrase:
+    for seed in HIDDEN_SEEDS:
+        detail = _check_train_ddp(fn, seed)
+    return detail
 
 
 # 15 minutes of writing, by the pace rule's own rates: 8 of the answer's 18 lines are the
@@ -593,16 +736,18 @@ exercise = Exercise(
     _check_train_ddp,
     train_ddp,
     texts=MESSAGES,
-    hints=("recipe", "epoch", "batch", "scale", "save", "code"),
+    hints=("recipe", "epoch", "shuffle", "batch", "scale", "save", "load", "code"),
     mistakes={
         "not_wrapped": Mistake(hint="recipe"),
         "no_sampler": Mistake(hint="recipe"),
-        "passes": Mistake(hint="epoch"),
+        "passes": Mistake(hint="recipe"),
         "epoch_elsewhere": Mistake(hint="epoch"),
         "epoch_never": Mistake(hint="epoch"),
         "epoch_constant": Mistake(hint="epoch"),
         "epoch_late": Mistake(hint="epoch"),
         "epoch_other": Mistake(hint="epoch"),
+        "epoch_unshuffled": Mistake(hint="shuffle"),
+        "epoch_seed": Mistake(hint="shuffle"),
         "batch_global": Mistake(hint="batch"),
         "batch_other": Mistake(hint="batch"),
         "no_model": Mistake(hint="recipe"),
@@ -616,6 +761,8 @@ exercise = Exercise(
         "ckpt_strict": Mistake(hint="save"),
         "group_left": Mistake(hint="recipe"),
         "ckpt_stale": Mistake(hint="save"),
+        "ckpt_epochs": Mistake(hint="save"),
+        "ckpt_no_barrier": Mistake(hint="load"),
         "ranks_differ": Mistake(hint="recipe"),
         "weights_differ": Mistake(hint="batch"),
         "lr_scaled": Mistake(hint="scale"),
@@ -626,4 +773,6 @@ exercise = Exercise(
         "mismatch": Mistake(hint="save"),
     },
     minutes=15,
+    hidden=_hidden_train_ddp,
+    space=SPACE,
 )

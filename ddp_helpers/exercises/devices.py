@@ -19,28 +19,28 @@ from __future__ import annotations
 
 import contextlib
 
-# What torch.distributed offers that moves tensors between ranks.
-COLLECTIVES = (
-    "all_reduce",
-    "broadcast",
-    "reduce",
-    "all_gather",
-    "all_gather_into_tensor",
-    "gather",
-    "scatter",
-    "reduce_scatter",
-    "reduce_scatter_tensor",
-    "all_to_all",
-    "all_to_all_single",
-    "send",
-    "recv",
-    "isend",
-    "irecv",
-    "barrier",
-    "all_gather_object",
-    "broadcast_object_list",
-)
+# The words in the name of everything torch.distributed offers that moves tensors (or
+# objects) between ranks, or waits for them: the list is read from the torch at hand, so a
+# collective a newer torch adds (2.13's all_gather_single, reduce_scatter_single) is in it.
+_COLLECTIVE_WORDS = ("reduce", "gather", "scatter", "broadcast", "to_all", "send", "recv")
+_COLLECTIVE_WORDS += ("barrier",)
 PROBE_TIMEOUT = 5  # seconds; every probe call is a few small tensors
+
+
+def collectives() -> tuple[str, ...]:
+    """The public collectives of this torch.distributed (all_reduce, all_gather_single,
+    barrier, send_object_list, ...), by name."""
+    import types
+
+    import torch.distributed as dist
+
+    return tuple(
+        name
+        for name, value in vars(dist).items()
+        if not name.startswith("_")
+        and any(word in name for word in _COLLECTIVE_WORDS)
+        and type(value) is types.FunctionType  # (type(): no deprecated object's __class__)
+    )
 
 
 def _on_cpu(value):
@@ -104,15 +104,22 @@ def _has_meta(value) -> bool:
 def default_device_elsewhere():
     """Inside: tensors the answer makes without device= are on `meta`, and collectives
     called without a group use a group that gives up after PROBE_TIMEOUT seconds; the list
-    yielded collects the collectives that got a meta tensor. Every rank must enter it."""
+    yielded collects the collectives that got a meta tensor. Every rank must enter it: where
+    one does not within PROBE_TIMEOUT (it still waits in a collective of the answer's that
+    the others never called), it yields None and probes nothing, and the launch names the
+    rank left waiting."""
     import datetime
     import inspect
 
     import torch.distributed as dist
 
     offended: list[str] = []
-    probe = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=PROBE_TIMEOUT))
-    real = {name: getattr(dist, name) for name in COLLECTIVES if hasattr(dist, name)}
+    try:
+        probe = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=PROBE_TIMEOUT))
+    except dist.DistStoreError:  # its rendezvous timed out: a rank never came
+        yield None
+        return
+    real = {name: getattr(dist, name) for name in collectives()}
 
     def guarded(name, collective):
         signature = inspect.signature(collective)
@@ -143,10 +150,13 @@ def default_device_elsewhere():
 def made_off_device(fn, *args) -> str | None:
     """Run fn(*args) with the default device moved away from the data's: the first collective
     handed a tensor made without device=, or None. An answer that fails there for another
-    reason is judged by its run on the CPU, not here."""
+    reason is judged by its run on the CPU, not here; where the ranks are not all there to
+    probe (default_device_elsewhere), None too."""
     import warnings
 
     with default_device_elsewhere() as offended, warnings.catch_warnings():
+        if offended is None:
+            return None
         warnings.simplefilter("ignore")  # the run on the CPU has shown them
         try:
             fn(*args)

@@ -20,6 +20,7 @@ import time
 
 from ..i18n import messages
 from ._core import Exercise, Listed, Mistake, Phrase, Wrong, process_group, run_on_ranks
+from .space import CHECK_SEED, HIDDEN_SEEDS, Space, trying
 
 MESSAGES = messages(
     "exercises.mini_ddp",
@@ -117,27 +118,48 @@ MESSAGES = messages(
             "gradients still missing and its list of works reset."
         ),
         "mini_second_step.title": "right once, not on the next step",
+        "mini_accumulate": (
+            "After a backward() without zeroing the gradients first (as gradient accumulation "
+            "does), finish() gave the average of that backward's gradients alone: the "
+            "gradients already in .grad were dropped. backward() adds to p.grad, and DDP "
+            "averages p.grad as it then is: copy p.grad itself into the bucket (not the "
+            "gradient a tensor hook is handed), and write the average back over it."
+        ),
+        "mini_accumulate.title": "the gradients already in .grad dropped",
+        "mini_local": (
+            "On {machines} machines x {local} ranks the gradients are {machines} times DDP's: "
+            "they were multiplied by 1 / {local} (the ranks of one machine, LOCAL_WORLD_SIZE), "
+            "not by 1 / {world} (dist.get_world_size())."
+        ),
+        "mini_local.title": "one machine's ranks, not the world size",
+        "mini_frozen": (
+            "Your code failed on the frozen parameter (requires_grad=False: it gets no "
+            "gradient, and DDP leaves it out of its buckets): {error}. Hook, copy and write "
+            "back only the parameters of the buckets buckets_for lays out."
+        ),
+        "mini_frozen.title": "a parameter without a gradient treated as one with",
         "mini_ok": (
-            "Bit for bit DDP's gradients on 2 and 3 ranks, with {cases}; the first "
-            "all_reduce started before backward() returned, each bucket reduced once, and the "
-            "same again on a second step."
+            "Bit for bit DDP's gradients on 2 and 3 ranks and on 2 machines x 2 ranks, with "
+            "{cases}, a frozen parameter and a buffer in the model; the first all_reduce "
+            "started before backward() returned, each bucket reduced once, and the same again "
+            "on a second step, and on a third whose gradients added to the second's."
         ),
         "mini_case": "buckets of {mb} MiB ({buckets} of them)",
     },
 )
 
-# Exercise 3.6's cases: a bucket per layer or so, and one bucket for everything (DDP's
-# default size), each on 2 and 3 ranks.
-BUCKET_MBS = (0.0002, 25.0)
-RANKS = (2, 3)
 # A learner's Python hooks run slower than DDP's C++ reducer: each launch waits this long.
 HANG = 60.0
+# The check and the grader's two hidden draws make 9 launches of up to 4 ranks, each with
+# torch's DDP beside the answer (about 3.5 s in all here, at rest): their time, with room.
+RUN_TIME = 45.0
 
 
 def mini_model(seed: int = 0):
-    """Three linear layers of uneven sizes (4801 parameters) and a buffer that shifts the
-    hidden layer (64 values, seeded like the weights: an answer that broadcasts only the
-    parameters leaves the ranks' models apart), seeded."""
+    """Three linear layers of uneven sizes (4801 parameters, the first layer's bias frozen:
+    no gradient, left out of DDP's buckets) and a buffer that shifts the hidden layer (64
+    values, seeded like the weights: an answer that broadcasts only the parameters leaves
+    the ranks' models apart), seeded."""
     import torch
 
     class Shift(torch.nn.Module):
@@ -151,10 +173,12 @@ def mini_model(seed: int = 0):
             return x + self.shift
 
     torch.manual_seed(seed)
-    return torch.nn.Sequential(
+    model = torch.nn.Sequential(
         torch.nn.Linear(8, 64), torch.nn.Tanh(), Shift(64), torch.nn.Linear(64, 64),
         torch.nn.Tanh(), torch.nn.Linear(64, 1),
     )  # fmt: skip
+    model[0].bias.requires_grad_(False)
+    return model
 
 
 def buckets_for(module, bucket_mb):
@@ -215,10 +239,10 @@ class MiniDDP:
         self.missing = [len(b) for b in self.buckets]
 
 
-def _batch(rank: int):
+def _batch(rank: int, step: int = 0):
     import torch
 
-    gen = torch.Generator().manual_seed(100 + rank)  # each rank its own data
+    gen = torch.Generator().manual_seed(100 + 10 * step + rank)  # each rank its own data
     x = torch.randn(16, 8, generator=gen)
     return x, x.sum(1, keepdim=True).sin()
 
@@ -324,8 +348,10 @@ def _divide_hook(world, bucket):
     return work.get_future().then(lambda f: f.value()[0])
 
 
-def _ddp_grads(bucket_mb, x, y, divide=False):
-    """torch's DDP: its second step's gradients (the buckets rebuilt after the first)."""
+def _ddp_grads(bucket_mb, x, y, divide=False, then=None):
+    """torch's DDP: its second step's gradients (the buckets rebuilt after the first); with
+    `then` (another batch), also those after a backward on it without zeroing them first
+    (accumulated), and after one with them zeroed (fresh)."""
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -336,51 +362,97 @@ def _ddp_grads(bucket_mb, x, y, divide=False):
     for _ in range(2):
         model.zero_grad()
         torch.nn.functional.mse_loss(model(x), y).backward()
-    return [p.grad.clone() for p in model.module.parameters()]
+    grads = [[p.grad.clone() for p in _trained(model.module)]]
+    for zero in () if then is None else (False, True):
+        if zero:
+            model.zero_grad()
+        torch.nn.functional.mse_loss(model(then[0]), then[1]).backward()
+        grads.append([p.grad.clone() for p in _trained(model.module)])
+    return grads if then is not None else grads[0]
+
+
+def _trained(module) -> list:
+    """The parameters that get a gradient (the frozen bias has none)."""
+    return [p for p in module.parameters() if p.requires_grad]
 
 
 def _mini_ddp_harness(cls, bucket_mbs):
-    """One rank: for each bucket size, torch's DDP and the answer on the same batch."""
-    import torch
+    """One rank: for each bucket size, torch's DDP and the answer on the same batches: a
+    step, a second with the gradients zeroed, and a third without (they accumulate)."""
     import torch.distributed as dist
 
     with process_group():
         rank, runs = dist.get_rank(), []
-        x, y = _batch(rank)
+        batches = _batch(rank), _batch(rank, step=2)
         for mb in bucket_mbs:
-            want, divided = _ddp_grads(mb, x, y), _ddp_grads(mb, x, y, divide=True)
+            want, accumulated, fresh = _ddp_grads(mb, *batches[0], then=batches[1])
+            # x / world and x * (1 / world) differ only where 1 / world is inexact (3 ranks)
+            exact = dist.get_world_size() & (dist.get_world_size() - 1) == 0
+            divided = want if exact else _ddp_grads(mb, *batches[0], divide=True)
             module = mini_model(rank)  # each rank its own weights: the broadcast must fix it
             ready = _when_ready(module)  # these hooks run before the answer's
-            spy = _Spy(keep=True)
             try:
-                mini = cls(module, mb)
-                weights = [t.detach().clone() for t in module.state_dict().values()]
-                torch.nn.functional.mse_loss(mini(x), y).backward()
-                backward_end = time.perf_counter()
-                local = {id(p): p.grad.clone() for p in module.parameters()}
-                mini.finish()
-                got = [p.grad.clone() for p in module.parameters()]
-                calls = list(spy.calls)
-                module.zero_grad()  # a second step, on the same batch and weights
-                torch.nn.functional.mse_loss(mini(x), y).backward()
-                mini.finish()
-                second = [p.grad.clone() for p in module.parameters()]
-                second_calls = len(spy.calls) - len(calls)
-            finally:
-                spy.restore()
-            world = dist.get_world_size()
-            handed = [  # what DDP hands over for each bucket: its gradients x 1/world
-                torch.cat([local[id(p)].view(-1) for p, _ in b]).mul_(1.0 / world)
-                for b in buckets_for(module, mb)
-            ]
+                run = _answer_steps(cls, module, mb, batches)
+            except (RuntimeError, AttributeError, TypeError) as exc:
+                if not any(text in str(exc) for text in _FROZEN_TEXTS):
+                    raise
+                return [{"frozen": f"{type(exc).__name__}: {str(exc).splitlines()[0]}"}]
             last = buckets_for(module, mb)[-1]  # its first gradient: the last bucket begun
-            runs.append(
-                {"mb": mb, "want": want, "divided": divided, "got": got, "weights": weights,
-                 "calls": calls, "handed": handed, "backward_end": backward_end,
-                 "last_bucket_begun": min(ready[id(p)] for p, _ in last),
-                 "second": second, "second_calls": second_calls}
+            run.update(
+                mb=mb, want=want, divided=divided, accumulated=accumulated, fresh=fresh,
+                handed=_handed(run.pop("local"), module, mb),
+                last_bucket_begun=min(ready[id(p)] for p, _ in last),
             )  # fmt: skip
+            runs.append(run)
         return runs
+
+
+# What torch says where an answer treats the frozen bias as one with a gradient: a hook
+# registered on it, or its .grad (None) read.
+_FROZEN_TEXTS = ("does not require grad", "doesn't require grad", "NoneType")
+
+
+def _answer_steps(cls, module, mb, batches) -> dict:
+    """The answer on one rank: constructed, then three backward() and finish(): a step, a
+    second with the gradients zeroed, a third without (on another batch)."""
+    import torch
+
+    (x, y), (x3, y3) = batches
+    spy = _Spy(keep=True)
+    try:
+        mini = cls(module, mb)
+        weights = [t.detach().clone() for t in module.state_dict().values()]
+        torch.nn.functional.mse_loss(mini(x), y).backward()
+        backward_end = time.perf_counter()
+        local = {id(p): p.grad.clone() for p in _trained(module)}
+        grads = []
+        for step_x, step_y, zero in ((None, None, False), (x, y, True), (x3, y3, False)):
+            if zero:
+                module.zero_grad()
+            if step_x is not None:
+                torch.nn.functional.mse_loss(mini(step_x), step_y).backward()
+            mini.finish()
+            grads.append(([p.grad.clone() for p in _trained(module)], len(spy.calls)))
+    finally:
+        spy.restore()
+    calls = spy.calls[: grads[0][1]]
+    return {
+        "weights": weights, "calls": calls, "backward_end": backward_end, "local": local,
+        "got": grads[0][0], "second": grads[1][0], "second_calls": grads[1][1] - grads[0][1],
+        "third": grads[2][0], "third_calls": grads[2][1] - grads[1][1],
+    }  # fmt: skip
+
+
+def _handed(local: dict, module, mb) -> list:
+    """What DDP hands over for each bucket: its gradients x 1/world."""
+    import torch
+    import torch.distributed as dist
+
+    world = dist.get_world_size()
+    return [
+        torch.cat([local[id(p)].view(-1) for p, _ in b]).mul_(1.0 / world)
+        for b in buckets_for(module, mb)
+    ]
 
 
 def _when_ready(module) -> dict[int, float]:
@@ -390,7 +462,7 @@ def _when_ready(module) -> dict[int, float]:
     def note(p) -> None:
         ready.setdefault(id(p), time.perf_counter())
 
-    for p in module.parameters():
+    for p in _trained(module):
         p.register_post_accumulate_grad_hook(note)
     return ready
 
@@ -399,7 +471,7 @@ def _max_diff(a, b) -> float:
     return max(((u.double() - v.double()).abs().max().item() for u, v in zip(a, b, strict=True)))
 
 
-def _judge(run: dict, world: int) -> None:
+def _judge(run: dict, world: int, machines: int) -> None:
     """Raise the Wrong that names what is off in one rank's run of one bucket size."""
     import torch
 
@@ -429,38 +501,117 @@ def _judge(run: dict, world: int) -> None:
             call["input"].sort().values, handed.sort().values
         ):  # the same values, in another place: parameters laid out in another order
             raise Wrong("mini_order", got=sizes, want=want_sizes)
-    got, want = run["got"], run["want"]
-    if all(torch.equal(g, w) for g, w in zip(got, want, strict=True)):
-        again = all(torch.equal(g, w) for g, w in zip(run["second"], want, strict=True))
-        if not again or run["second_calls"] != len(want_sizes):
-            raise Wrong("mini_second_step", calls=run["second_calls"], buckets=len(want_sizes))
-        return
+    _judge_gradients(run, world, machines)
+
+
+def _judge_gradients(run: dict, world: int, machines: int) -> None:
+    """The gradients of the three steps against DDP's, bit for bit: the Wrong that names
+    what is off."""
+    import torch
+
+    def same(a, b) -> bool:
+        return all(torch.equal(u, v) for u, v in zip(a, b, strict=True))
+
+    got, want, buckets = run["got"], run["want"], len(run["handed"])
+    if not same(got, want):
+        _judge_apart(got, run, world, machines)
+    if not same(run["second"], want) or run["second_calls"] != buckets:
+        raise Wrong("mini_second_step", calls=run["second_calls"], buckets=buckets)
+    with trying(step=3):
+        if same(run["third"], run["accumulated"]) and run["third_calls"] == buckets:
+            return
+        if same(run["third"], run["fresh"]):
+            raise Wrong("mini_accumulate")
+        _judge_apart(run["third"], {**run, "want": run["accumulated"]}, world, machines)
+
+
+def _judge_apart(got: list, run: dict, world: int, machines: int) -> None:
+    """Gradients that are not DDP's (run["want"]): how they stand to them."""
+    import torch
+
+    want = run["want"]
     if all(torch.equal(g, d) for g, d in zip(got, run["divided"], strict=True)):
         raise Wrong("mini_divided", world=world)
-    if _max_diff(got, [w * world for w in want]) <= 1e-6 * max(
-        w.abs().max().item() * world for w in want
-    ):
-        raise Wrong("mini_not_divided", world=world)
+    scale = max(w.abs().max().item() for w in want)
+    for times, key in ((world, "mini_not_divided"), (machines, "mini_local")):
+        if times > 1 and _max_diff(got, [w * times for w in want]) <= 1e-6 * scale * times:
+            local = world // machines
+            raise Wrong(key, world=world, machines=machines, local=local)
     differ = sum(int((g != w).sum()) for g, w in zip(got, want, strict=True))
     total = sum(w.numel() for w in want)
-    fields = {"world": world, "mb": mb, "diff": _max_diff(got, want)}
+    fields = {"world": world, "mb": run["mb"], "diff": _max_diff(got, want)}
     raise Wrong("mini_grads", differ=differ, total=total, **fields)
 
 
-def _check_mini_ddp(cls) -> Phrase:
-    for world in RANKS:
-        ranks = run_on_ranks(_mini_ddp_harness, cls, BUCKET_MBS, nprocs=world, timeout=HANG)
-        for runs in ranks:  # every rank's weights first: the others' depend on them
-            for i, run in enumerate(runs):
-                apart = _max_diff(run["weights"], ranks[0][i]["weights"])
-                if not apart == 0.0:
-                    raise Wrong("mini_no_broadcast", diff=apart)
-        for runs in ranks:
-            for run in runs:
-                _judge(run, world)
+# (ranks, machines): 2 ranks, 3, and 2 machines x 2 ranks (where LOCAL_WORLD_SIZE is not
+# the world size); each run constructs the answer once per bucket size of its draw, in one
+# process. The bucket sizes lay the check's model out in 4, 3, 2 and 1 buckets; none is the
+# notebook's 4 MiB (its timeline's).
+MINI_RUNS = ((2, 1), (3, 1), (4, 2))
+BUCKET_MBS = (0.0002, 0.0003, 0.0005, 25.0)
+SPACE = Space(
+    drawn={
+        "world": (2, 3, 4),
+        "machines": (1, 2),
+        "calls": (2,),
+        "steps": (3,),
+        "counts": {"bucket_mb": BUCKET_MBS},
+        "model": ("frozen", "buffer"),
+    },
+    why_not={
+        "dtypes": "the buckets' flat buffers are the notebook's given code (float32, as DDP's "
+        "for a float32 model): a float64 model would try that code, not the answer",
+        "lengths": "the answer's buffers are the buckets buckets_for lays out, sized by "
+        "bucket_mb (drawn, counts)",
+        "device": "the buckets' flat buffers are the notebook's given code, made on the "
+        "default device (the CPU, where this Going further exercise runs): the off-device "
+        "probe would name that code, not the answer",
+    },
+    notebook={"bucket_mb": 4.0},
+)
+
+
+def _draws(seed: int) -> list[tuple[int, int, tuple[float, float]]]:
+    """(ranks, machines, the two bucket sizes) of each run: check() lays the model out in
+    4 and 1 buckets, then 3 and 2, then 4 and 2; other seeds in other pairs."""
+    pairs = [(0.0002, 25.0), (0.0003, 0.0005), (0.0002, 0.0005), (0.0003, 25.0)]
+    return [
+        (ranks, machines, pairs[(i + seed) % len(pairs)])
+        for i, (ranks, machines) in enumerate(MINI_RUNS)
+    ]
+
+
+def _check_mini_ddp(cls, seed: int = CHECK_SEED) -> Phrase:
+    sizes = set()
+    for world, machines, bucket_mbs in _draws(seed):
+        with trying(ranks=world, machines=machines):
+            ranks = run_on_ranks(
+                _mini_ddp_harness, cls, bucket_mbs, nprocs=world, nnodes=machines, timeout=HANG
+            )
+            frozen = [runs[0]["frozen"] for runs in ranks if "frozen" in runs[0]]
+            if frozen:
+                raise Wrong("mini_frozen", error=frozen[0])
+            for runs in ranks:  # every rank's weights first: the others' depend on them
+                for i, run in enumerate(runs):
+                    apart = _max_diff(run["weights"], ranks[0][i]["weights"])
+                    if not apart == 0.0:
+                        raise Wrong("mini_no_broadcast", diff=apart)
+            for runs in ranks:
+                for run in runs:
+                    with trying(call=bucket_mbs.index(run["mb"]) + 1):
+                        _judge(run, world, machines)
+        sizes |= set(bucket_mbs)
     model = mini_model(0)
-    cases = [Phrase("mini_case", buckets=len(buckets_for(model, mb)), mb=mb) for mb in BUCKET_MBS]
+    cases = [
+        Phrase("mini_case", buckets=len(buckets_for(model, mb)), mb=mb) for mb in sorted(sizes)
+    ]
     return Phrase("mini_ok", cases=Listed(cases))
+
+
+def _hidden_mini_ddp(cls) -> Phrase:
+    for seed in HIDDEN_SEEDS:
+        detail = _check_mini_ddp(cls, seed)
+    return detail
 
 
 def mini_ddp_timeline(cls=MiniDDP, hidden: int = 1024, layers: int = 6, bucket_mb: float = 4.0):
@@ -524,7 +675,13 @@ exercise = Exercise(
         "mini_not_divided": Mistake(hint="mini_hook"),
         "mini_grads": Mistake(hint="mini_finish"),
         "mini_second_step": Mistake(hint="mini_finish"),
+        "mini_accumulate": Mistake(hint="mini_hook"),
+        "mini_local": Mistake(hint="mini_hook"),
+        "mini_frozen": Mistake(hint="mini_hook"),
     },
+    hidden=_hidden_mini_ddp,
+    space=SPACE,
     further=True,
     hang_timeout=HANG,
+    run_time=RUN_TIME,
 )

@@ -80,6 +80,20 @@ MESSAGES = i18n.messages(
         "mismatch_returned": (
             "rank {returned} had already returned while rank {rank} waited in one"
         ),
+        # Where a mistake showed (space.trying): "(Seen with 3 ranks, 2 machines, ...)".
+        "tried": " (Seen with {where}.)",
+        "tried_ranks": "{v} ranks",
+        "tried_machines": "{v} machine(s)",
+        "tried_dtype": "{v} values",
+        "tried_call": "call {v} of the answer in one process",
+        "tried_step": "step {v}",
+        "tried_steps": "{v} steps",
+        "tried_epochs": "{v} epochs",
+        "tried_batch": "a batch of {v}",
+        "tried_micro": "{v} micro-batches",
+        "tried_items": "{v} items",
+        "tried_lengths": "lengths {v}",
+        "tried_frozen": "a frozen parameter and a buffer in the model",
         "missing": "not defined in this notebook yet",
         "missing.title": "not defined when the notebook ended",
         "hidden": "{message}\n(Found by the grader's extra cases, beyond those the check shows.)",

@@ -18,6 +18,7 @@ import cloudpickle
 import nbformat
 import pytest
 from answers_further import SWEEP_3_4, SWEEP_3_5, SWEEP_3_6, SWEEP_4_7
+from drawn_answers import DRAWN
 from ja_guard import english_in_japanese
 from test_capstone import SWEEP_4_1
 
@@ -443,10 +444,15 @@ def cleanup_only_if_initialised():
         destroy_process_group()
 
 
+def _trained(model) -> list:
+    """The parameters with a gradient (the check's model has a frozen one, issue 49)."""
+    return [p for p in model.parameters() if p.grad is not None]
+
+
 def gradients_summed(model):
     import torch.distributed as dist
 
-    for p in model.parameters():
+    for p in _trained(model):
         dist.all_reduce(p.grad)
 
 
@@ -459,7 +465,7 @@ def gradients_divided_by_the_local_world_size(model):
 
     import torch.distributed as dist
 
-    for p in model.parameters():
+    for p in _trained(model):
         dist.all_reduce(p.grad)
         p.grad /= int(os.environ["LOCAL_WORLD_SIZE"])  # the ranks of this machine only
 
@@ -468,7 +474,7 @@ def gradients_averaged_in_a_flat_buffer_on_the_cpu(model):
     import torch
     import torch.distributed as dist
 
-    grads = [p.grad for p in model.parameters()]
+    grads = [p.grad for p in _trained(model)]
     flat = torch.zeros(sum(g.numel() for g in grads))  # made without device=
     offset = 0
     for g in grads:
@@ -484,7 +490,7 @@ def gradients_averaged_on_rank_zero_only(model):
     import torch.distributed as dist
 
     if dist.get_rank() == 0:
-        for p in model.parameters():
+        for p in _trained(model):
             dist.all_reduce(p.grad)
             p.grad /= 2
 
@@ -492,7 +498,7 @@ def gradients_averaged_on_rank_zero_only(model):
 def weights_averaged_instead_of_gradients(model):
     import torch.distributed as dist
 
-    for p in model.parameters():
+    for p in _trained(model):
         dist.all_reduce(p.data)
         p.data /= dist.get_world_size()
 
@@ -500,7 +506,7 @@ def weights_averaged_instead_of_gradients(model):
 def gradients_divided_twice(model):
     import torch.distributed as dist
 
-    for p in model.parameters():
+    for p in _trained(model):
         p.grad /= dist.get_world_size()  # DDP divides first ...
         dist.all_reduce(p.grad)
         p.grad /= dist.get_world_size()  # ... and so, again, here
@@ -1120,7 +1126,8 @@ def save_with_an_all_reduce_as_the_barrier(model, optimizer, epoch, path):
 
     if dist.get_rank() == 0:
         torch.save(_checkpoint(model, optimizer, epoch), path)
-    dist.all_reduce(torch.zeros(1))  # every rank waits here for rank 0, as a barrier does
+    done = torch.zeros(1, device=next(model.parameters()).device)  # where nccl takes it
+    dist.all_reduce(done)  # every rank waits here for rank 0, as a barrier does
 
 
 def save_nothing_but_the_barrier(model, optimizer, epoch, path):
@@ -1350,7 +1357,7 @@ SWEEP = {
             (gradients_divided_by_the_local_world_size, "avg_local"),
             (gradients_averaged_in_a_flat_buffer_on_the_cpu, "off_device"),
             (gradients_divided_twice, "avg_differ"),
-            (gradients_averaged_on_rank_zero_only, "mismatch"),
+            (gradients_averaged_on_rank_zero_only, "hang"),  # rank 1 broadcasts BN's buffers
             (weights_averaged_instead_of_gradients, "avg_unchanged"),
         ],
         [gradients_with_avg, gradients_in_one_flat_bucket],
@@ -1434,21 +1441,25 @@ SWEEP = {
     ),
 }
 
+# Issue 49's answers (tests/drawn_answers/), each exercise's joined to its own.
+for _id, (_wrong, _right) in DRAWN.items():
+    SWEEP[_id] = (SWEEP[_id][0] + _wrong, SWEEP[_id][1] + _right)
+
 WRONG = [(i, fn, key) for i, (wrong, _) in SWEEP.items() for fn, key in wrong]
 RIGHT = [(i, fn) for i, (_, right) in SWEEP.items() for fn in right]
 
 
-def _loader_run(epochs):
-    """What the loader check's 2 ranks report for a loader with DistributedSampler's
-    defaults, whose passes go in the order of `epochs`."""
+def _loader_run(epochs, n=60, batch=12):
+    """What the loader check's 2 ranks report for a loader of n items with
+    DistributedSampler's defaults, whose passes go in the order of `epochs`."""
     from ddp_helpers.exercises.lesson04 import loader
 
     def batches(rank, epoch):
-        order = loader._default_order(rank, 2, epoch)
-        return [order[k : k + 8] for k in range(0, len(order), 8)]
+        order = loader._default_order(rank, 2, epoch, n)
+        return [order[k : k + batch // 2] for k in range(0, len(order), batch // 2)]
 
     base = {"type": "DataLoader", "sampler": "DistributedSampler", "distributed": True}
-    return [{**base, "epochs": [batches(rank, e) for e in epochs]} for rank in range(2)]
+    return [{**base, "dealt": n, "epochs": [batches(rank, e) for e in epochs]} for rank in range(2)]
 
 
 def _judged(judge, *record):
@@ -1469,7 +1480,7 @@ def _judges():
         ("2.2", _judged(setup._judge_real, {**real, "joined": False}), "setup_real_missing"),
         ("2.2", _judged(setup._judge_real, {**joined, "group": (0, 1)}), "setup_real_group"),
         # A DistributedSampler that does not reshuffle on set_epoch: none of torch's does.
-        ("4.2", _judged(loader._judge_loader, _loader_run([0, 0]), 1), "loader_same_epoch"),
+        ("4.2", _judged(loader._judge_loader, _loader_run([0, 0]), 1, 60, 12), "loader_same_epoch"),
         # Several writers, neither every rank nor one a machine: ranks 0 and 3 of 2 x 2.
         ("4.1", _judged(capstone._judge_checkpoint, [0, 3], None, 4, 2), "ckpt_several"),
     ]
@@ -1484,9 +1495,11 @@ PREDICTIONS = [
     ("1.3", lambda: [2, 2, 2], "reduce_other"),
     ("1.4", lambda: [0, 1, 2], "gather_one"),
     ("1.4", lambda: 3, "gather_shape"),
-    ("1.4", lambda: [[0], [1], [2]], "gather_other"),
+    ("1.4", lambda: [[0], [1], [2]], "gather_one"),  # one rank's list of 1-element tensors
+    ("1.4", lambda: [[0], [0, 1], [0, 1, 2]], "gather_other"),
     ("3.3", lambda: 2, "ratio_inverse"),
     ("3.3", lambda: 1, "ratio_other"),
+    ("3.3", lambda: None, "ratio_shape"),  # a prediction worked out, never returned
     ("4.3", lambda: ["b", "a", "c", "a"], "quiz_shape"),
     ("4.3", lambda: {1: "a", 2: "a", 3: "c", 4: "a"}, "quiz_wrong"),
     ("4.3", lambda: {1: "b)", 2: "(a)", 3: "C", 4: "b."}, "quiz_wrong"),
@@ -1597,10 +1610,22 @@ def test_a_wrong_prediction_explains_without_giving_the_answer(exercise_id, answ
         assert shown not in str(result), f"the feedback gives {shown!r} away: {result}"
 
 
+def _tensor(values):
+    import torch
+
+    return torch.tensor(values)
+
+
 def test_right_predictions_in_other_shapes_pass():
     assert BY_ID["1.3"].evaluate(lambda: (6.0, 6, 6)).passed
     assert BY_ID["1.4"].evaluate(lambda: [(0, 1, 2)] * 3).passed
     assert BY_ID["3.3"].evaluate(lambda: 1 / 2).passed
+    # What each rank's tensor holds, as the lesson makes them (one element each), or tensors
+    assert BY_ID["1.3"].evaluate(lambda: [[6], [6], [6]]).passed
+    assert BY_ID["1.3"].evaluate(lambda: [_tensor([6])] * 3).passed
+    assert BY_ID["1.4"].evaluate(lambda: [[[0], [1], [2]]] * 3).passed
+    assert BY_ID["1.4"].evaluate(lambda: [_tensor([0, 1, 2])] * 3).passed
+    assert BY_ID["3.3"].evaluate(lambda: "1/2").passed
 
 
 def test_a_wrong_quiz_answer_explains_the_concept_and_never_names_the_letter():

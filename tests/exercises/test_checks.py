@@ -13,6 +13,21 @@ from ddp_helpers.exercises import _core, exercises_of
 EXERCISES = [ex for lesson in ("01", "02", "03", "04") for ex in exercises_of(lesson)]
 
 
+def _nothing():
+    return None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def warm_launcher():
+    """The launcher's helper started and warmed for DDP once, as in a notebook after its
+    first launch: a check's time is its own, not the helper's start (about 5 s here)."""
+    from ddp_helpers import launch
+    from ddp_helpers.launcher import client
+
+    client.expect_ddp()
+    launch(_nothing, nprocs=1)  # waits for the warm-up, as a launch from an idle helper
+
+
 @pytest.mark.parametrize("ex", EXERCISES, ids=lambda ex: ex.id)
 def test_a_check_stays_within_what_its_exercise_declares(ex, monkeypatch):
     launches = []

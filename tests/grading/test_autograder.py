@@ -127,12 +127,17 @@ class Gradescope:
 
 def _wrong_04():
     """Lesson 04 with a wrong quiz and an evaluate() that only the extra cases catch (it
-    splits the data for 2 ranks whatever the world size: right on 2, wrong on 3)."""
+    reads the first three batches of its share: all of them in the check's data sets, not
+    in the larger ones the grader draws)."""
     nb = short("solutions", "04")
     _replace(
         nb, 'return {1: "b", 2: "a", 3: "c", 4: "a"}', 'return {1: "a", 2: "a", 3: "c", 4: "a"}'
     )
-    _replace(nb, "range(rank, len(dataset), world)", "range(rank, len(dataset), 2)")
+    _replace(
+        nb,
+        "for x, y in DataLoader(mine, batch_size=batch_size):",
+        "for x, y in list(DataLoader(mine, batch_size=batch_size))[:3]:",
+    )
     return nb
 
 

@@ -11,6 +11,8 @@ from .._core import (
     call,
     run_answer,
 )
+from ..space import Space
+from .all_reduce import held, per_rank
 
 MESSAGES = messages(
     "exercises.lesson01.all_gather",
@@ -45,17 +47,38 @@ def predict_all_gather():
 
 def _check_gather(fn) -> Phrase:
     got = run_answer(call, fn)
-    if isinstance(got, (list, tuple)) and [*got] in ([0, 1, 2], [0.0, 1.0, 2.0]):
-        raise Wrong("gather_one", got=list(got))
-    if not isinstance(got, (list, tuple)) or len(got) != 3:
+    rows = per_rank(got)
+    if rows is not None and [held(v) for v in rows] == [0.0, 1.0, 2.0]:
+        raise Wrong("gather_one", got=rows)
+    if rows is None or len(rows) != 3:
         raise Wrong("gather_shape")
-    try:
-        values = [[float(v) for v in row] for row in got]
-    except TypeError:
-        raise Wrong("gather_shape") from None
+    values = [per_rank(row) for row in rows]
+    if any(row is None for row in values):
+        raise Wrong("gather_shape")
+    values = [[held(v) for v in row] for row in values]
     if values == [[0.0, 1.0, 2.0]] * 3:
         return Phrase("gather_ok")
-    raise Wrong("gather_other", got=list(got))
+    raise Wrong("gather_other", got=rows)
+
+
+# A prediction of the lesson's own configuration: nothing an answer is given could vary.
+SPACE = Space(
+    drawn={},
+    why_not={
+        "world": "a prediction for the lesson's 3 ranks (rank r holding r): the answer "
+        "takes no world size, so no other could be asked of it",
+        "machines": "where the 3 ranks run changes nothing all_gather leaves",
+        "calls": "it takes no input: a second call could only ask the same question",
+        "steps": "one all_gather, no loop",
+        "counts": "it is given no count: the question fixes 3 ranks, one element each",
+        "dtypes": "its values are numbers the learner writes down; the tensors are the "
+        "lesson's own",
+        "model": "no model: one tensor of one element a rank",
+        "lengths": "the lesson's tensors hold one element each; the answer has one list per "
+        "rank, one entry per rank in each",
+        "device": "it runs no collective and makes no tensor",
+    },
+)
 
 
 q4 = Exercise(
@@ -70,4 +93,5 @@ q4 = Exercise(
         "gather_one": Mistake(hint="gather_all"),
         "gather_other": Mistake(hint="gather_all"),
     },
+    space=SPACE,
 )

@@ -11,6 +11,7 @@ from .._core import (
     call,
     run_answer,
 )
+from ..space import Space
 
 MESSAGES = messages(
     "exercises.lesson01.all_reduce",
@@ -41,16 +42,59 @@ def predict_all_reduce():
     return [6, 6, 6]
 
 
+def held(value) -> float | None:
+    """What a rank holds, as a number: a number, or a list or tensor of one (the lesson's
+    tensors hold one element each); None for anything else."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        value = value.tolist()  # a number for a 0-d tensor, else a list
+    if isinstance(value, (list, tuple)) and len(value) == 1:
+        value = value[0]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def per_rank(value) -> list | None:
+    """One entry per rank, from a list, a tuple or a tensor; None for anything else."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        value = value.tolist() if value.dim() > 0 else None
+    return list(value) if isinstance(value, (list, tuple)) else None
+
+
 def _check_reduce(fn) -> Phrase:
     got = run_answer(call, fn)
-    if not isinstance(got, (list, tuple)) or len(got) != 3:
+    ranks = per_rank(got)
+    values = None if ranks is None or len(ranks) != 3 else [held(v) for v in ranks]
+    if values is None or None in values:
         raise Wrong("reduce_shape")
-    values = [float(v) for v in got]
     if values == [6.0, 6.0, 6.0]:
         return Phrase("reduce_ok")
     if values == [1.0, 2.0, 3.0]:
-        raise Wrong("reduce_local", got=list(got))
-    raise Wrong("reduce_other", got=list(got))
+        raise Wrong("reduce_local", got=ranks)
+    raise Wrong("reduce_other", got=ranks)
+
+
+# A prediction of the lesson's own configuration: nothing an answer is given could vary.
+SPACE = Space(
+    drawn={},
+    why_not={
+        "world": "a prediction for the lesson's 3 ranks (rank r holding r + 1): the answer "
+        "takes no world size, so no other could be asked of it",
+        "machines": "where the 3 ranks run changes nothing all_reduce leaves",
+        "calls": "it takes no input: a second call could only ask the same question",
+        "steps": "one all_reduce, no loop",
+        "counts": "it is given no count: the question fixes 3 ranks, one element each",
+        "dtypes": "its values are numbers the learner writes down; the tensors are the "
+        "lesson's own",
+        "model": "no model: one tensor of one element a rank",
+        "lengths": "the lesson's tensors hold one element each; the answer has one per rank",
+        "device": "it runs no collective and makes no tensor",
+    },
+)
 
 
 q3 = Exercise(
@@ -65,4 +109,5 @@ q3 = Exercise(
         "reduce_local": Mistake(hint="reduce_sum"),
         "reduce_other": Mistake(hint="reduce_sum"),
     },
+    space=SPACE,
 )

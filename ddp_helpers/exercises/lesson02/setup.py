@@ -6,7 +6,9 @@ import os
 from unittest import mock
 
 from ...i18n import messages
-from .._core import Exercise, Mistake, Phrase, Wrong, run_on_ranks
+from .._core import Exercise, Mistake, Phrase, Wrong, and_list, run_on_ranks
+from ..lesson01.gpu import layout_env
+from ..space import CHECK_SEED, HIDDEN_SEEDS, Space, trying
 from . import machines
 from .backend import pick_backend
 from .machines import _machine_key
@@ -116,9 +118,23 @@ MESSAGES = messages(
             "environment says rank {rank} of {world}."
         ),
         "setup_real_group.title": "the group's rank or size is not torchrun's",
+        "setup_kept": (
+            "On {where}, setup() did not do the same in two processes: in one it {did}, in "
+            "the other it {other}. The two had called it on other machines before, in other "
+            "orders: what it does depends on an earlier call. Whether this process has joined "
+            "a group is dist.is_initialized()'s to say, and its GPU LOCAL_RANK's, on every "
+            "call."
+        ),
+        "setup_kept.title": "depends on an earlier call",
+        "setup_did": "{inits}, {pinned} and returned {returned}",
+        "setup_did_inits": "called init_process_group {count} time(s) ({inits})",
+        "setup_did_no_init": "never called init_process_group",
+        "setup_did_pinned": "pinned {pinned}",
+        "setup_did_unpinned": "pinned nothing",
         "setup_ok": (
-            "Right on {cases} pretend machines (a GPU for each rank, 2 machines x 2 ranks, "
-            "too few GPUs, none) and in a real run on 2 ranks here."
+            "Right on {cases} pretend machines (a GPU for each rank, 3 ranks on one machine "
+            "with GPUs enough and too few, 2 machines x 2 ranks, none), called in 2 processes "
+            "in opposite orders, then in a real run on 2 ranks here."
         ),
     },
 )
@@ -137,13 +153,37 @@ def setup():
     return device
 
 
-# Pretend machines: (GPUs on each machine, machines, ranks per machine, this rank's RANK)
-SETUP_CASES = [
-    (2, 1, 2, 1),  # a GPU for each rank: nccl on cuda:1
-    (2, 2, 2, 3),  # 2 machines x 2 ranks, the last rank: RANK=3 but LOCAL_RANK=1
-    (1, 1, 2, 1),  # one GPU for two ranks: gloo
-    (0, 1, 2, 0),  # no GPU
-]
+# Pretend machines, by seed: (GPUs on each machine, machines, ranks per machine, this rank's
+# RANK). Each process of the check calls setup() on every one, in its own order (2.1 picks
+# the backend; here what setup() does with it).
+SETUP_CASES = {
+    CHECK_SEED: (
+        (2, 1, 2, 1),  # a GPU for each rank: nccl on cuda:1
+        (4, 1, 3, 2),  # 3 ranks, more GPUs than ranks: nccl on cuda:2
+        (2, 1, 3, 0),  # 3 ranks, 2 GPUs: gloo
+        (2, 2, 2, 3),  # 2 machines x 2 ranks, the last rank: RANK=3 but LOCAL_RANK=1
+        (1, 1, 2, 1),  # one GPU for two ranks: gloo
+        (0, 1, 2, 0),  # no GPU
+    ),
+    HIDDEN_SEEDS[0]: ((8, 2, 8, 13), (4, 1, 2, 0), (3, 1, 3, 1)),
+    HIDDEN_SEEDS[1]: ((8, 4, 4, 6), (3, 2, 3, 4), (0, 3, 1, 2)),
+}
+SPACE = Space(
+    drawn={
+        "world": tuple(sorted({m * p for cs in SETUP_CASES.values() for _, m, p, _ in cs})),
+        "machines": tuple(sorted({m for cs in SETUP_CASES.values() for _, m, _, _ in cs})),
+        "calls": tuple(len(cases) + 1 for cases in SETUP_CASES.values()),
+        "device": ("cpu", "cuda:LOCAL_RANK on pretend GPU machines"),
+    },
+    why_not={
+        "steps": "it joins a group once a process: the calls, one a machine, are drawn above",
+        "counts": "it is given no count: the GPUs a machine has (none to 8) and the ranks it "
+        "runs are the machines drawn above",
+        "dtypes": "it handles no values",
+        "model": "it is given no model",
+        "lengths": "it is given no data",
+    },
+)
 
 
 def _as_device(value) -> str:
@@ -171,13 +211,7 @@ class _Pretend:
         import torch.distributed as dist
 
         self.gpus, self.rank, self.world = gpus, rank, nodes * per_node
-        self.env = {
-            "RANK": str(rank),
-            "LOCAL_RANK": str(rank % per_node),
-            "GROUP_RANK": str(rank // per_node),
-            "WORLD_SIZE": str(self.world),
-            "LOCAL_WORLD_SIZE": str(per_node),
-        }
+        self.env = layout_env(rank, nodes, per_node)
         self.inits, self.pinned = [], []
         self._signature = inspect.signature(dist.init_process_group)
 
@@ -240,10 +274,14 @@ def _on_pretend_machine(setup, *case):
 
 
 def _setup_harness(setup, cases):
-    """On each rank: setup() on the pretend machines, then for real on this one."""
+    """On each rank: setup() on the pretend machines (rank 0 in turn, rank 1 in the opposite
+    order: what a call does must not depend on those before it), then for real here."""
     import torch.distributed as dist
 
-    pretend = [_on_pretend_machine(setup, *case) for case in cases]
+    pretend = [None] * len(cases)
+    order = range(len(cases)) if os.environ["RANK"] == "0" else reversed(range(len(cases)))
+    for k in order:
+        pretend[k] = _on_pretend_machine(setup, *cases[k])
     real = {"rank": int(os.environ["RANK"]), "world": int(os.environ["WORLD_SIZE"])}
     real["want"] = pick_backend()  # 2.1's rule, on this very machine
     try:
@@ -365,18 +403,50 @@ def _judge_real(real) -> None:
         raise Wrong(key, where=where, got=returned["device"])
 
 
-def _check_setup(fn, cases=SETUP_CASES) -> Phrase:
+def _check_setup(fn, seed: int = CHECK_SEED) -> Phrase:
+    cases = SETUP_CASES[seed]
     results = run_on_ranks(_setup_harness, fn, cases, nprocs=2)
-    for case, seen in zip(cases, results[0]["pretend"], strict=True):
-        _judge_pretend(case, seen)
+    for k, case in enumerate(cases):
+        with trying(ranks=case[1] * case[2], machines=case[1]):
+            _judge_same(case, results[0]["pretend"][k], results[1]["pretend"][k])
+            _judge_pretend(case, results[0]["pretend"][k])
     for result in results:
         _judge_real(result["real"])
     return Phrase("setup_ok", cases=len(cases))
 
 
+def _judge_same(case, seen: dict, other: dict) -> None:
+    """The same pretend machine in 2 processes that came to it after other machines: what
+    setup() does there may not depend on which."""
+    if seen == other:
+        return
+    did = [_did(s) for s in (seen, other)]
+    raise _Machine(*case).wrong("setup_kept", did=did[0], other=did[1])
+
+
+def _did(seen: dict) -> Phrase:
+    """What setup() did on a pretend machine, in words: its joins, its pins, its device."""
+    inits = [f"{i['backend']}, device_id={i['device_id']}" for i in seen["inits"]]
+    joined = (
+        Phrase("setup_did_inits", count=len(inits), inits=and_list(inits))
+        if inits
+        else Phrase("setup_did_no_init")
+    )
+    pinned = (
+        Phrase("setup_did_pinned", pinned=and_list(seen["pinned"]))
+        if seen["pinned"]
+        else Phrase("setup_did_unpinned")
+    )
+    returned = seen["returned"].get("device", seen["returned"].get("other"))
+    return Phrase("setup_did", inits=joined, pinned=pinned, returned=returned)
+
+
 def _hidden_setup(fn) -> Phrase:
-    # Machines the check does not show: 8 GPUs, 2 machines x 8 ranks, and more GPUs than ranks.
-    return _check_setup(fn, [(8, 2, 8, 13), (4, 1, 2, 0), (8, 4, 4, 6)])
+    # Machines the check does not show: 8 GPUs, 2 machines x 8 ranks, 3 ranks a machine, 3
+    # machines with no GPU.
+    for seed in HIDDEN_SEEDS:
+        detail = _check_setup(fn, seed)
+    return detail
 
 
 q2 = Exercise(
@@ -405,6 +475,8 @@ q2 = Exercise(
         "setup_real_group": Mistake(hint="setup_local_rank"),
         "hang": Mistake(hint="setup_backend"),
         "mismatch": Mistake(hint="setup_backend"),
+        "setup_kept": Mistake(),
     },
     hidden=_hidden_setup,
+    space=SPACE,
 )

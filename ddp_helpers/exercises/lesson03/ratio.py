@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import fractions
+
 from ...i18n import messages
+from ...launcher.plain import shown
 from .._core import (
     Exercise,
     Mistake,
@@ -11,6 +14,8 @@ from .._core import (
     call,
     run_answer,
 )
+from ..lesson01.all_reduce import held
+from ..space import Space
 
 MESSAGES = messages(
     "exercises.lesson03.ratio",
@@ -34,6 +39,10 @@ MESSAGES = messages(
             "compare with one process summing over all rows?"
         ),
         "ratio_other.title": "another ratio",
+        "ratio_shape": (
+            "{got} is not a number. Give one number: DDP's update size divided by one process's."
+        ),
+        "ratio_shape.title": "not one number",
         "ratio_ok": "DDP's update is 1 / world_size = 0.5 of the single-process one.",
     },
 )
@@ -43,13 +52,44 @@ def predict_summed_loss_ratio():
     return 0.5
 
 
+def _as_number(answer) -> float | None:
+    """The answer as a number: a number, a list or tensor of one, or text such as "1/2"."""
+    if isinstance(answer, str):
+        try:
+            return float(fractions.Fraction(answer.strip()))
+        except (ValueError, ZeroDivisionError):
+            return None
+    return held(answer)
+
+
 def _check_ratio(fn) -> Phrase:
-    got = float(run_answer(call, fn))
+    answer = run_answer(call, fn)
+    got = _as_number(answer)
+    if got is None:
+        raise Wrong("ratio_shape", got=shown(answer))
     if abs(got - 0.5) < 1e-6:
         return Phrase("ratio_ok")
     if abs(got - 2.0) < 1e-6:
         raise Wrong("ratio_inverse")
     raise Wrong("ratio_other", got=got)
+
+
+# A prediction of the lesson's own configuration: nothing an answer is given could vary.
+SPACE = Space(
+    drawn={},
+    why_not={
+        "world": "a prediction for the lesson's 2 ranks: the answer takes no world size, so "
+        "no other could be asked of it",
+        "machines": "where the 2 ranks run changes nothing DDP averages",
+        "calls": "it takes no input: a second call could only ask the same question",
+        "steps": "one SGD step, from the same weights",
+        "counts": "it is given no count: the question fixes B rows and 2 ranks",
+        "dtypes": "the answer is one number the learner writes down",
+        "model": "no model is handed to it: the question is about any model",
+        "lengths": "it is given no data",
+        "device": "it runs nothing and makes no tensor",
+    },
+)
 
 
 q3 = Exercise(
@@ -62,5 +102,7 @@ q3 = Exercise(
     mistakes={
         "ratio_inverse": Mistake(hint="ratio_average"),
         "ratio_other": Mistake(hint="ratio_average"),
+        "ratio_shape": Mistake(hint="ratio_average"),
     },
+    space=SPACE,
 )

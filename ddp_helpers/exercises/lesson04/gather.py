@@ -13,6 +13,7 @@ from .._core import (
     run_on_ranks,
 )
 from ..devices import made_off_device
+from ..space import CHECK_SEED, HIDDEN_SEEDS, Space, trying
 
 MESSAGES = messages(
     "exercises.lesson04.gather",
@@ -76,10 +77,39 @@ MESSAGES = messages(
             "length)."
         ),
         "gather_shape.title": "not one 1-D tensor",
+        "hint.gather_own_dtype": (
+            "Keep the values' dtype all the way: pad with values.new_zeros(...) (their dtype "
+            "and device), gather that, and convert nothing. float32 holds integers exactly "
+            "only up to 2**24 and float64 up to 2**53, and float32 keeps about 7 digits of a "
+            "float64."
+        ),
+        "hint.gather_wait": (
+            "dist.all_gather(..., async_op=True) returns at once, before the parts are in "
+            "the list: keep the work it returns and call work.wait() before you read them "
+            "(or leave async_op out)."
+        ),
+        "gather_not_waited": (
+            "{count} all_gather(..., async_op=True) call(s) were never waited for: the parts "
+            "land in the list only after work.wait(), so what you read was the list as you "
+            "made it (here the check makes that certain; on a real run it depends on timing)."
+        ),
+        "gather_not_waited.title": "an async all_gather never waited for",
+        "gather_rounded": (
+            "On {ranks} ranks, rank {rank}'s value {sent} came back as {got}: the values went "
+            "through {via} on the way and back to {dtype}, and {via} does not hold them "
+            "exactly. Gather them in their own dtype."
+        ),
+        "gather_rounded.title": "the values rounded through another dtype",
+        "gather_values": (
+            "On {ranks} ranks, rank {rank}'s value {sent} came back as {got}: as many values "
+            "as the ranks hold came back, but not theirs."
+        ),
+        "gather_values.title": "other values than the ranks hold",
         "gather_ok": (
-            "On 3 ranks holding 5, 0 and 3 values and on 2 ranks holding 4 and 4, float "
-            "and integer: every rank returned every rank's values, in rank order, and every "
-            "tensor it sent was made on the values' device."
+            "Every rank returned every rank's values, in rank order and in their own dtype "
+            "(float32, float64, and int64 past 2**53), on 2 and 3 ranks and on 2 machines x "
+            "2 ranks, with shares of {shortest} to {longest} values, the answer called twice "
+            "in one process; every tensor it sent was made on the values' device."
         ),
     },
 )
@@ -100,107 +130,218 @@ def gather_all(values):
     return torch.cat([part[: int(n)] for part, n in zip(gathered, lengths, strict=True)])
 
 
-# (ranks, each rank's number of values, dtype): uneven with an empty share, then even.
-GATHER_CASES = ((3, (5, 0, 3), "float32"), (3, (5, 0, 3), "int64"), (2, (4, 4), "float32"))
+# (ranks, machines): 3 ranks, 2, and 2 machines x 2 ranks (where LOCAL_WORLD_SIZE is not the
+# world size). Each run calls the answer twice in one process, each call with its own
+# lengths and dtype (_draws): shares from none to past any small capacity, uneven.
+GATHER_RUNS = ((3, 1), (2, 1), (4, 2))
+LENGTHS = (5, 0, 13, 3, 9, 1, 17, 4)  # drawn from, in turn: none equal, one past 16
+DTYPES = ("float32", "int64", "float64")
+HANG = 20  # s: a run takes 0.2 s here; the probe gives up after 5 (devices.PROBE_TIMEOUT)
+SPACE = Space(
+    drawn={
+        "world": (2, 3, 4),
+        "machines": (1, 2),
+        "calls": (2,),
+        "dtypes": DTYPES,
+        "lengths": LENGTHS,
+        "device": ("cpu", "the default device moved off the values' (off_device)"),
+    },
+    why_not={
+        "steps": "gather_all runs no loop of its own and keeps nothing between calls: it is "
+        "called twice in one process (calls)",
+        "counts": "gather_all(values) is given no count: how many values each rank holds is "
+        "drawn (lengths)",
+        "model": "it is given a tensor of values, no model",
+    },
+)
+
+
+def _draws(seed: int) -> list[tuple[int, int, list]]:
+    """(ranks, machines, [(each rank's number of values, dtype) for each call]) of each run:
+    the lengths taken in turn from LENGTHS, from a place the seed moves."""
+    runs, place = [], 3 * seed
+    for i, (ranks, machines) in enumerate(GATHER_RUNS):
+        calls = []
+        for call in range(2):
+            lengths = tuple(LENGTHS[(place + r) % len(LENGTHS)] for r in range(ranks))
+            calls.append((lengths, DTYPES[(i + call + seed) % len(DTYPES)]))
+            place += ranks
+        runs.append((ranks, machines, calls))
+    return runs
 
 
 def _gather_values(rank: int, lengths, dtype: str):
+    """Rank `rank`'s values: each tells its place in the whole, and only its own dtype holds
+    it exactly (int64 past 2**53, float64 with more digits than float32 keeps). The first
+    is a real 0, so an answer that drops the padding by its value (zeros) loses it."""
     import torch
 
-    # Every value tells where it came from: 10 x its position. The first is a real 0, so an
-    # answer that drops the padding by its value (zeros) loses it.
     start = sum(lengths[:rank])
-    return (torch.arange(start, start + lengths[rank]) * 10).to(getattr(torch, dtype))
+    place = torch.arange(start, start + lengths[rank], dtype=torch.int64)
+    if dtype == "int64":
+        return place * (2**53 + 1)
+    if dtype == "float64":
+        return place.double() / 10
+    return (place * 10).float()
 
 
 class _SizesDiffer(Exception):
     """all_gather called with tensors of different sizes on different ranks."""
 
 
+# The all_gathers of one tensor per rank, and which argument holds this rank's.
+_GATHERS = {
+    "all_gather": "tensor",
+    "all_gather_into_tensor": "input_tensor",
+    "all_gather_single": "input_tensor",
+}
+
+
 def _spy_on_all_gather():
-    """Before each all_gather (or all_gather_into_tensor), compare the ranks' sizes:
-    unequal, every rank raises alike (gloo itself would abort one rank or hang the others)."""
+    """Before each all_gather (or all_gather_into_tensor, all_gather_single), compare the
+    ranks' sizes: unequal, every rank raises alike (gloo itself would abort one rank or hang
+    the others)."""
+    import functools
+    import inspect
+
     import torch
     import torch.distributed as dist
 
-    real, into = dist.all_gather, dist.all_gather_into_tensor
+    real = {name: getattr(dist, name) for name in _GATHERS if hasattr(dist, name)}
 
     def same_sizes(tensor) -> None:
         size = torch.tensor([tensor.numel()], device=tensor.device)
         sizes = [torch.zeros_like(size) for _ in range(dist.get_world_size())]
-        real(sizes, size)
+        real["all_gather"](sizes, size)
         if len({int(n) for n in sizes}) > 1:
             raise _SizesDiffer([int(n) for n in sizes])
 
-    def all_gather(tensor_list, tensor, *args, **kwargs):
-        same_sizes(tensor)
-        return real(tensor_list, tensor, *args, **kwargs)
+    def spied(name, collective):
+        signature = inspect.signature(collective)
 
-    def all_gather_into_tensor(output, tensor, *args, **kwargs):
-        same_sizes(tensor)
-        return into(output, tensor, *args, **kwargs)
+        @functools.wraps(collective)  # its signature too: races.waits_required reads it
+        def gather(*args, **kwargs):
+            same_sizes(signature.bind(*args, **kwargs).arguments[_GATHERS[name]])
+            return collective(*args, **kwargs)
 
-    dist.all_gather, dist.all_gather_into_tensor = all_gather, all_gather_into_tensor
+        return gather
+
+    for name, collective in real.items():
+        setattr(dist, name, spied(name, collective))
 
     def restore() -> None:
-        dist.all_gather, dist.all_gather_into_tensor = real, into
+        for name, collective in real.items():
+            setattr(dist, name, collective)
 
     return restore
 
 
-def _gather_harness(fn, lengths, dtype):
+def _returned(got) -> dict:
+    """What one call returned, as the check judges it."""
     import torch
+
+    if not isinstance(got, torch.Tensor):
+        return {"returned": type(got).__name__}
+    if got.dim() != 1:
+        return {"shape": list(got.shape)}
+    return {"values": got.tolist(), "dtype": str(got.dtype).removeprefix("torch.")}
+
+
+def _gather_harness(fn, calls):
+    """On each rank: the answer called once per (lengths, dtype) of `calls`, in one process,
+    an async collective's result landing only where it waits for it (races.py); then the
+    off-device probe on the last call's values."""
     import torch.distributed as dist
 
+    from ..races import unwaited, waits_required
+
     with process_group():
+        rank, records = dist.get_rank(), []
         restore = _spy_on_all_gather()
         try:
-            got = fn(_gather_values(dist.get_rank(), lengths, dtype))
-        except _SizesDiffer as exc:
-            return {"sizes": exc.args[0]}
-        if not isinstance(got, torch.Tensor):
-            return {"returned": type(got).__name__}
-        if got.dim() != 1:
-            return {"shape": list(got.shape)}
-        seen = {"values": got.tolist(), "dtype": str(got.dtype).removeprefix("torch.")}
-        restore()  # the probe sees torch's own all_gather, with its group and timeout
-        values = _gather_values(dist.get_rank(), lengths, dtype)
-        return {**seen, "off_device": made_off_device(fn, values)}
+            for lengths, dtype in calls:
+                with waits_required() as works:
+                    try:
+                        got = fn(_gather_values(rank, lengths, dtype))
+                    except _SizesDiffer as exc:
+                        records.append({"sizes": exc.args[0]})
+                        return records
+                records.append({**_returned(got), "unwaited": unwaited(works)})
+                if "values" not in records[-1]:
+                    return records
+        finally:
+            restore()  # the probe sees torch's own all_gather, with its group and timeout
+        records[-1]["off_device"] = made_off_device(fn, _gather_values(rank, *calls[-1]))
+        return records
 
 
-def _check_gather(fn) -> Phrase:
-    import torch
-
-    off_device = []
-    for ranks, lengths, dtype in GATHER_CASES:
-        runs = run_on_ranks(_gather_harness, fn, lengths, dtype, nprocs=ranks, timeout=20)
-        want = torch.cat([_gather_values(r, lengths, dtype) for r in range(ranks)]).tolist()
-        shown = and_list(lengths)
-        for run in runs:
-            if "sizes" in run:
-                sizes = and_list(run["sizes"])
-                raise Wrong("gather_sizes", ranks=ranks, lengths=shown, sizes=sizes)
-            if "returned" in run:
-                raise Wrong("gather_not_tensor", got=run["returned"])
-            if "shape" in run:
-                raise Wrong("gather_shape", shape=tuple(run["shape"]))
-        for rank, run in enumerate(runs[1:], 1):
-            if run != runs[0]:
-                raise Wrong("gather_disagree", ranks=ranks, rank=rank)
-        got = runs[0]["values"]
-        count = {"ranks": ranks, "lengths": shown, "rank": 0, "got": len(got), "want": len(want)}
-        if len(got) == ranks * max(lengths) != len(want):
-            raise Wrong("gather_padding", **count)
-        if sorted(got) != sorted(want):
-            raise Wrong("gather_count", **count)
-        if got != want:
-            raise Wrong("gather_order", ranks=ranks)
-        if runs[0]["dtype"] != dtype:
-            raise Wrong("gather_dtype", got=runs[0]["dtype"], want=dtype)
-        off_device += [run["off_device"] for run in runs if run["off_device"]]
+def _check_gather(fn, seed: int = CHECK_SEED) -> Phrase:
+    off_device, shares = [], set()
+    for ranks, machines, calls in _draws(seed):
+        with trying(ranks=ranks, machines=machines):
+            runs = run_on_ranks(
+                _gather_harness, fn, calls, nprocs=ranks, nnodes=machines, timeout=HANG
+            )
+            for call, (lengths, dtype) in enumerate(calls):
+                with trying(call=call + 1, dtype=dtype, lengths=and_list(lengths)):
+                    _judge_call([run[call] for run in runs], ranks, lengths, dtype)
+                shares |= set(lengths)
+            off_device += [run[-1]["off_device"] for run in runs if run[-1].get("off_device")]
     if off_device:  # after every case: what the answer computes wrong is named first
         raise Wrong("off_device", function="gather_all", collective=off_device[0])
-    return Phrase("gather_ok")
+    return Phrase("gather_ok", shortest=min(shares), longest=max(shares))
+
+
+def _judge_call(records: list[dict], ranks: int, lengths, dtype: str) -> None:
+    """One call on every rank: the Wrong that names what is off, if anything is."""
+    import torch
+
+    shown = and_list(lengths)
+    for record in records:
+        if record.get("unwaited"):
+            raise Wrong("gather_not_waited", count=record["unwaited"])
+        if "sizes" in record:
+            raise Wrong("gather_sizes", ranks=ranks, lengths=shown, sizes=and_list(record["sizes"]))
+        if "returned" in record:
+            raise Wrong("gather_not_tensor", got=record["returned"])
+        if "shape" in record:
+            raise Wrong("gather_shape", shape=tuple(record["shape"]))
+    for rank, record in enumerate(records[1:], 1):
+        if record != records[0]:
+            raise Wrong("gather_disagree", ranks=ranks, rank=rank)
+    want = torch.cat([_gather_values(r, lengths, dtype) for r in range(ranks)]).tolist()
+    got = records[0]["values"]
+    count = {"ranks": ranks, "lengths": shown, "rank": 0, "got": len(got), "want": len(want)}
+    if len(got) != len(want):
+        padded = len(got) == ranks * max(lengths)
+        raise Wrong("gather_padding" if padded else "gather_count", **count)
+    if records[0]["dtype"] != dtype:
+        raise Wrong("gather_dtype", got=records[0]["dtype"], want=dtype)
+    if got != want:
+        _name_values(got, want, ranks, lengths, dtype)
+
+
+def _name_values(got: list, want: list, ranks: int, lengths, dtype: str) -> None:
+    """As many values as the ranks hold, in their dtype, but not theirs: in another order,
+    rounded on the way, or others."""
+    import torch
+
+    if sorted(got) == sorted(want):
+        raise Wrong("gather_order", ranks=ranks)
+    at = next(i for i, (g, w) in enumerate(zip(got, want, strict=True)) if g != w)
+    owner = next(r for r in range(ranks) if at < sum(lengths[: r + 1]))
+    where = {"ranks": ranks, "rank": owner, "sent": want[at], "got": got[at]}
+    exact = torch.tensor(want, dtype=getattr(torch, dtype))
+    for via in ("float64", "float32"):
+        if via != dtype and exact.to(getattr(torch, via)).to(exact.dtype).tolist() == got:
+            raise Wrong("gather_rounded", via=via, dtype=dtype, **where)
+    raise Wrong("gather_values", **where)
+
+
+def _hidden_gather(fn) -> Phrase:
+    for seed in HIDDEN_SEEDS:
+        detail = _check_gather(fn, seed)
+    return detail
 
 
 q7 = Exercise(
@@ -209,19 +350,25 @@ q7 = Exercise(
     _check_gather,
     gather_all,
     texts=MESSAGES,
-    hints=("gather_pad", "gather_every_rank", "gather_code"),
+    hints=("gather_pad", "gather_every_rank", "gather_own_dtype", "gather_wait", "gather_code"),
     mistakes={
+        "gather_not_waited": Mistake(hint="gather_wait"),
+        "gather_rounded": Mistake(hint="gather_own_dtype"),
+        "gather_values": Mistake(hint="gather_pad"),
         "gather_sizes": Mistake(hint="gather_pad"),
         "gather_padding": Mistake(hint="gather_pad"),
-        "gather_count": Mistake(hint="gather_every_rank"),
+        "gather_count": Mistake(hint="gather_pad"),
         "gather_disagree": Mistake(hint="gather_every_rank"),
         "gather_order": Mistake(hint="gather_every_rank"),
-        "gather_dtype": Mistake(hint="gather_pad"),
+        "gather_dtype": Mistake(hint="gather_own_dtype"),
         "gather_not_tensor": Mistake(hint="gather_pad"),
         "gather_shape": Mistake(hint="gather_every_rank"),
         "off_device": Mistake(),
         "hang": Mistake(hint="gather_every_rank"),
         "mismatch": Mistake(hint="gather_every_rank"),
     },
+    hidden=_hidden_gather,
+    space=SPACE,
+    hang_timeout=HANG,
     further=True,
 )

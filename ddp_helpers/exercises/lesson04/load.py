@@ -13,11 +13,13 @@ from .._core import (
     Mistake,
     Phrase,
     Wrong,
+    and_list,
     process_group,
     rank_folders,
     run_on_ranks,
 )
-from .save import _make_net, _trained_ddp, save_checkpoint
+from ..space import CHECK_SEED, HIDDEN_SEEDS, Space, trying
+from .save import _make_net, _train_step, _trained_ddp, save_checkpoint
 
 MESSAGES = messages(
     "exercises.lesson04.load",
@@ -49,7 +51,18 @@ MESSAGES = messages(
             "the load check shows torch's own error, not its hint, for a checkpoint loaded "
             "without map_location"
         ),
-        "load_weights": "After loading, the weights on rank {rank} differ from the checkpoint's.",
+        "load_weights": (
+            "After loading, rank {rank}'s parameters differ from the checkpoint's by up to "
+            "{diff:.2e}."
+        ),
+        "load_buffers": (
+            "After loading, rank {rank}'s parameters are the checkpoint's but its buffers are "
+            "not ({names}): model.module.load_state_dict(checkpoint['model']) restores both; "
+            "the parameters alone leave the buffers (BatchNorm's running statistics) as they "
+            "were."
+        ),
+        "load_buffers.title": "the parameters restored, not the buffers",
+        "tried_weights": "a model in {v}",
         "load_weights.title": "the weights not restored",
         "load_optimizer": (
             "After loading, the optimizer state on rank {rank} is not the saved one."
@@ -60,8 +73,9 @@ MESSAGES = messages(
         ),
         "load_epoch.title": "not the epoch to resume at",
         "load_ok": (
-            "Loaded onto each rank's own device (the GPU it was saved from is not needed); "
-            "weights, optimizer and epoch restored."
+            "Loaded onto each rank's own device (the GPU it was saved from is not needed), on "
+            "2 and 3 ranks, twice in one process from checkpoints of other epochs: "
+            "parameters, buffers, optimizer and epoch restored, in float32 and float64."
         ),
     },
 )
@@ -142,34 +156,58 @@ def _saved_from_a_missing_gpu():
     register_package(1, lambda obj: "cuda:99", lambda obj, location: None)
 
 
-def _load_harness(load_checkpoint, folder, epoch):
-    import torch
+def _load_harness(load_checkpoint, folder, epochs, dtype):
+    """On each rank: for each epoch of `epochs` (a training step between), the reference
+    saves a checkpoint recorded as saved from a GPU this machine lacks, and the answer loads
+    it into a fresh model and optimizer, in one process; what it restored, per call."""
     import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
 
     with process_group():
-        model, opt = _trained_ddp()
-        path = os.path.join(folder, "ckpt.pt")
+        model, opt = _trained_ddp(dtype)
         if dist.get_rank() == 0:
             _saved_from_a_missing_gpu()
-        save_checkpoint(model, opt, epoch, path)  # the reference save: rank 0 writes, all wait
-        saved = {k: v.clone() for k, v in model.module.state_dict().items()}
-        momentum = [opt.state[p]["momentum_buffer"].clone() for p in model.parameters()]
-        # A fresh model and optimizer, as after a restart.
-        fresh = DDP(_make_net(seed=123))
-        fresh_opt = torch.optim.SGD(fresh.parameters(), lr=0.1, momentum=0.9)
-        try:
-            resume = load_checkpoint(fresh, fresh_opt, path)
-        except Exception as exc:
-            if not LOAD_DEVICE_TEXT.matches(exc):
-                raise
-            return {"map_error": str(exc).split(". ")[0] + "."}
-        same_weights = all(torch.equal(saved[k], v) for k, v in fresh.module.state_dict().items())
-        same_opt = all(
-            p in fresh_opt.state and torch.equal(fresh_opt.state[p]["momentum_buffer"], m)
-            for p, m in zip(fresh.parameters(), momentum, strict=True)
-        )
-        return {"weights": same_weights, "opt": same_opt, "resume": resume}
+        records = []
+        for call, epoch in enumerate(epochs):
+            if call:
+                _train_step(model, opt)
+            path = os.path.join(folder, f"ckpt-{call}.pt")
+            save_checkpoint(model, opt, epoch, path)  # the reference: rank 0 writes, all wait
+            records.append(_loaded(load_checkpoint, model, opt, path, seed=123 + call))
+            if "map_error" in records[-1]:
+                break
+        return records
+
+
+def _loaded(load_checkpoint, model, opt, path: str, seed: int) -> dict:
+    """The answer's load into a fresh model and optimizer (as after a restart), against
+    the model and optimizer the checkpoint was saved from."""
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    fresh = DDP(_make_net(seed=seed, dtype=dtype))
+    fresh_opt = torch.optim.SGD(fresh.parameters(), lr=0.1, momentum=0.9)
+    try:
+        resume = load_checkpoint(fresh, fresh_opt, path)
+    except Exception as exc:
+        if not LOAD_DEVICE_TEXT.matches(exc):
+            raise
+        return {"map_error": str(exc).split(". ")[0] + "."}
+    saved, got = model.module.state_dict(), fresh.module.state_dict()
+    params = [name for name, _ in model.module.named_parameters()]
+    apart = [(saved[k].double() - got[k].double()).abs().max().item() for k in params]
+    buffers = [k for k in saved if k not in params and not torch.equal(saved[k], got[k])]
+    same_opt = all(
+        p in fresh_opt.state and torch.equal(fresh_opt.state[p]["momentum_buffer"], m)
+        for p, m in zip(fresh.parameters(), _momentum(model, opt), strict=True)
+        if m is not None
+    )
+    return {"apart": max(apart), "buffers": buffers, "opt": same_opt, "resume": resume}
+
+
+def _momentum(model, opt) -> list:
+    """Each parameter's momentum buffer in `opt` (None for a frozen one: it has none)."""
+    return [opt.state[p]["momentum_buffer"] if p in opt.state else None for p in model.parameters()]
 
 
 def _as_int(value):
@@ -185,21 +223,78 @@ def _as_int(value):
         return None
 
 
-def _check_load(fn) -> Phrase:
+# (ranks, machines): 2 ranks and 3; each run loads twice in one process, two checkpoints
+# saved at epochs drawn for the seed (_draws), from a model in float32 or float64.
+LOAD_RUNS = ((2, 1), (3, 1))
+NOTEBOOK_EPOCH = 1  # the epoch the notebook's resume demo saves last (run(2) stops after it)
+EPOCHS = (0, 2, 4, 5, 8, 11)
+SPACE = Space(
+    drawn={
+        "world": (2, 3),
+        "calls": (2,),
+        "counts": {"epoch": EPOCHS},
+        "dtypes": ("float32", "float64"),
+        "model": ("frozen", "buffer"),
+        "device": ("a checkpoint saved from cuda:99, a GPU this machine lacks",),
+    },
+    why_not={
+        "machines": "every rank loads the one file onto its own device: on the CPU no "
+        "machine's part shows (the device is drawn: a file saved from a GPU this machine "
+        "lacks, which map_location must handle)",
+        "steps": "load_checkpoint runs no loop: it is called twice in one process, a "
+        "training step and a save between (calls)",
+        "lengths": "a checkpoint is the model's and the optimizer's state: no lengths of the "
+        "answer's own",
+    },
+    notebook={"epoch": NOTEBOOK_EPOCH},
+)
+
+
+def _draws(seed: int) -> list[tuple[int, int, tuple[int, int], str]]:
+    """(ranks, machines, the two checkpoints' epochs, dtype) of each run for this seed."""
+    import random
+
+    dtypes = SPACE.values("dtypes")
+    draw = random.Random(f"4.6/{seed}")
+    return [
+        (ranks, machines, tuple(draw.sample(EPOCHS, 2)), dtypes[(i + seed) % len(dtypes)])
+        for i, (ranks, machines) in enumerate(LOAD_RUNS)
+    ]
+
+
+def _check_load(fn, seed: int = CHECK_SEED) -> Phrase:
     LOAD_DEVICE_TEXT.warn_once()
-    for saved in (4, 0):  # two checkpoints: a resume hard-coded to 5 is caught
-        with rank_folders(2, "ddp-ckpt-check-") as folder:
-            results = run_on_ranks(_load_harness, fn, folder, saved, nprocs=2)
-        for rank, r in enumerate(results):
-            if "map_error" in r:
-                raise Wrong("load_map", rank=rank, error=r["map_error"])
-            if not r["weights"]:
-                raise Wrong("load_weights", rank=rank)
-            if not r["opt"]:
-                raise Wrong("load_optimizer", rank=rank)
-            if _as_int(r["resume"]) != saved + 1:
-                raise Wrong("load_epoch", got=r["resume"], saved=saved, want=saved + 1)
+    for ranks, machines, epochs, dtype in _draws(seed):
+        with trying(ranks=ranks, machines=machines, weights=dtype):
+            with rank_folders(ranks, "ddp-ckpt-check-") as folder:
+                runs = run_on_ranks(
+                    _load_harness, fn, folder, epochs, dtype, nprocs=ranks, nnodes=machines
+                )
+            for call, saved in enumerate(epochs):
+                with trying(call=call + 1):
+                    for rank, run in enumerate(runs):
+                        _judge_load(run[call], rank, saved)
     return Phrase("load_ok")
+
+
+def _judge_load(r: dict, rank: int, saved: int) -> None:
+    """One rank's load of one checkpoint: the Wrong that names what is off, if anything."""
+    if "map_error" in r:
+        raise Wrong("load_map", rank=rank, error=r["map_error"])
+    if not r["apart"] == 0.0:  # nan included
+        raise Wrong("load_weights", rank=rank, diff=r["apart"])
+    if r["buffers"]:
+        raise Wrong("load_buffers", rank=rank, names=and_list(r["buffers"]))
+    if not r["opt"]:
+        raise Wrong("load_optimizer", rank=rank)
+    if _as_int(r["resume"]) != saved + 1:
+        raise Wrong("load_epoch", got=r["resume"], saved=saved, want=saved + 1)
+
+
+def _hidden_load(fn) -> Phrase:
+    for seed in HIDDEN_SEEDS:
+        detail = _check_load(fn, seed)
+    return detail
 
 
 q6 = Exercise(
@@ -213,9 +308,12 @@ q6 = Exercise(
         "load_map": Mistake(hint="load_map_location"),
         "load_weights": Mistake(hint="load_restore"),
         "load_optimizer": Mistake(hint="load_restore"),
+        "load_buffers": Mistake(hint="load_restore"),
         "load_epoch": Mistake(hint="load_restore"),
         "hang": Mistake(hint="load_restore"),
         "mismatch": Mistake(hint="load_restore"),
     },
+    hidden=_hidden_load,
+    space=SPACE,
     further=True,
 )

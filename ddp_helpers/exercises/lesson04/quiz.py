@@ -11,6 +11,7 @@ from .._core import (
     call,
     run_answer,
 )
+from ..space import Space
 
 MESSAGES = messages(
     "exercises.lesson04.quiz",
@@ -43,6 +44,25 @@ MESSAGES = messages(
     },
 )
 
+
+# A quiz is a value: four letters for the four questions the notebook prints. Nothing an
+# answer is given could be drawn otherwise.
+SPACE = Space(
+    drawn={},
+    why_not={
+        "world": "quiz_answers() runs on no process group: its letters hold on any world size",
+        "machines": "it runs on no machine's ranks: the letters are the same on every one",
+        "calls": "it takes no input: each call returns the same four letters, with nothing "
+        "to vary between two calls",
+        "steps": "it has no loop and no state: one dict, returned",
+        "counts": "it is given no count; the four questions are the notebook's text",
+        "dtypes": "its values are letters, not tensors",
+        "model": "it takes no model",
+        "lengths": "its dict has one entry per question of the notebook, four, which the "
+        "prompt fixes",
+        "device": "it makes no tensor",
+    },
+)
 
 # Question number -> the right letter (the questions are in lesson 04's notebook).
 QUIZ = {1: "b", 2: "a", 3: "c", 4: "a"}
@@ -84,4 +104,5 @@ q3 = Exercise(
         "quiz_wrong": Mistake(hint="quiz_reread"),
     },
     further=True,
+    space=SPACE,
 )

@@ -1,0 +1,218 @@
+"""Every check draws from the space its exercise declares (exercises/space.py, issue 49).
+
+Two holds on each exercise, core and Going further: its declaration follows the rule of
+each axis (world sizes with 3 among them, 1 and 2 machines, two calls at least, counts
+that are not the notebook's, ...), or says why the axis does not apply; and what it
+declares drawn is seen drawn, by an answer that is the reference and writes down each call
+it gets (the process, its world and machines, the dtypes, sizes and model it was handed),
+in the learner's check and in the grader's extra cases.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+from collections import defaultdict
+
+import pytest
+
+from ddp_helpers.exercises import LESSONS, exercises_of
+from ddp_helpers.exercises.space import AXES, Space
+
+EXERCISES = [ex for lesson in LESSONS for ex in exercises_of(lesson)]
+ids = [ex.id for ex in EXERCISES]
+
+
+def _rule_broken(space: Space, axis: str) -> str | None:
+    """Why a drawn axis breaks its rule (AXES), or None."""
+    values = space.drawn[axis]
+    if axis == "world" and (3 not in values or len(set(values)) < 2):
+        return f"world sizes {values}: 3 among them, and another"
+    if axis == "machines" and not {1, 2} <= set(values):
+        return f"machines {values}: 1 and 2"
+    if axis in ("calls", "steps") and max(values) < 2:
+        return f"{axis} {values}: at least 2"
+    if axis == "counts":
+        for name, drawn in values.items():
+            if len(set(drawn)) < 2:
+                return f"count {name}: {drawn}: several values"
+            if space.notebook.get(name) in drawn:
+                return f"count {name}: {drawn} holds the notebook's own {space.notebook[name]}"
+        if set(space.notebook) - set(values):
+            return f"the notebook's counts {sorted(space.notebook)} are not all drawn"
+    if axis == "dtypes" and not {"float64", "int64"} & set(values):
+        return f"dtypes {values}: float64 or large int64 among them"
+    if axis == "model" and not {"frozen", "buffer"} <= set(values):
+        return f"model {values}: a frozen parameter and a buffer"
+    if axis == "lengths" and (max(values) <= 8 or len(set(values)) < 2):
+        return f"lengths {values}: several, and one past 8"
+    return None
+
+
+@pytest.mark.parametrize("ex", EXERCISES, ids=ids)
+def test_each_exercise_declares_every_axis_by_its_rule(ex):
+    assert isinstance(ex.space, Space), f"exercise {ex.id} declares no space"
+    assert set(ex.space.drawn) | set(ex.space.why_not) == set(AXES)
+    broken = {axis: _rule_broken(ex.space, axis) for axis in ex.space.drawn}
+    assert not {k: v for k, v in broken.items() if v}, broken
+
+
+# ---------------------------------------------------------------- seen drawn
+
+
+def _seen(value, found: dict) -> None:
+    """What a value handed to the answer shows of the axes: dtypes, sizes (a data set's
+    length too), a model's parts."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        found["dtypes"].add(str(value.dtype).removeprefix("torch."))
+        found["sizes"].add(value.numel())
+        found["keys"].append((str(value.dtype), tuple(value.shape), float(value.double().sum())))
+    elif isinstance(value, torch.nn.Module):
+        params = list(value.named_parameters())
+        found["dtypes"] |= {str(p.dtype).removeprefix("torch.") for _, p in params}
+        found["model"] |= {"frozen"} if any(not p.requires_grad for _, p in params) else set()
+        found["model"] |= {"buffer"} if list(value.buffers()) else set()
+        found["keys"].append([(n, tuple(p.shape), _total(p), _total(p.grad)) for n, p in params])
+    elif isinstance(value, (list, tuple)):
+        found["sizes"].add(len(value))
+        for item in value[:50]:
+            _seen(item, found)
+        found["keys"].append(repr(value)[:200])
+    elif isinstance(value, (int, float, str, bool)) or value is None:
+        if isinstance(value, int) and not isinstance(value, bool):
+            found["sizes"].add(value)
+        found["keys"].append(repr(value))
+    else:
+        found["keys"].append(type(value).__name__)
+        if hasattr(value, "__len__"):  # a data set the answer is handed: its length
+            found["sizes"].add(len(value))
+            found["keys"].append(len(value))
+
+
+def _total(tensor) -> float | None:
+    """A tensor's sum as a float (what tells two inputs apart), None for no tensor."""
+    return None if tensor is None else float(tensor.detach().double().sum())
+
+
+def _record(log: str, world_from: str | None, reference, args, kwargs) -> None:
+    """In the process the answer runs in: one line about this call."""
+    import os
+
+    import torch.distributed as dist
+
+    found = {"dtypes": set(), "sizes": set(), "model": set(), "keys": []}
+    for value in (*args, *kwargs.values()):
+        _seen(value, found)
+    world = dist.get_world_size() if dist.is_initialized() else os.environ.get("WORLD_SIZE")
+    if world_from is not None:
+        world = inspect.signature(reference).bind(*args, **kwargs).arguments[world_from]
+    # What an answer that reads its surroundings is given: the environment of its rank, the
+    # GPUs it sees (a check may pretend them) and the process group it is called in.
+    layout = (
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "GROUP_RANK",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_WORLD_SIZE",
+    )
+    env = {k: os.environ.get(k) for k in layout}
+    env["gpus"] = _gpus_seen()
+    env["group"] = id(dist.group.WORLD) if dist.is_initialized() else None
+    line = {
+        "pid": os.getpid(),
+        "world": None if world is None else int(world),
+        "machines": os.environ.get("GROUP_WORLD_SIZE"),
+        "dtypes": sorted(found["dtypes"]),
+        "sizes": sorted(found["sizes"]),
+        "model": sorted(found["model"]),
+        "key": repr((found["keys"], env)),
+    }
+    with open(log, "a") as f:
+        f.write(json.dumps(line) + "\n")
+
+
+def _gpus_seen():
+    """What torch.cuda tells a caller of the GPUs there are (it creates no CUDA context)."""
+    import torch
+
+    return (torch.cuda.is_available(), torch.cuda.device_count())
+
+
+def _watching(reference, log: str, world_from: str | None):
+    """The reference answer, each call written down (a function, or a class whose
+    construction and methods are)."""
+    if isinstance(reference, type):
+        methods = {
+            name: _watched_method(getattr(reference, name), log)
+            for name, value in vars(reference).items()
+            if callable(value) and not name.startswith("__")
+        }
+        init = _watched_method(reference.__init__, log)
+        return type(reference.__name__, (reference,), {**methods, "__init__": init})
+
+    @functools.wraps(reference)
+    def answer(*args, **kwargs):
+        _record(log, world_from, reference, args, kwargs)
+        return reference(*args, **kwargs)
+
+    return answer
+
+
+def _watched_method(method, log):
+    def watched(self, *args, **kwargs):
+        _record(log, None, method, args, kwargs)
+        return method(self, *args, **kwargs)
+
+    return watched
+
+
+def _calls(log) -> list[dict]:
+    try:
+        with open(log) as f:
+            return [json.loads(line) for line in f]
+    except FileNotFoundError:
+        return []
+
+
+SEEN_AXES = ("world", "machines", "calls", "dtypes", "model", "lengths")
+
+
+@pytest.mark.parametrize("ex", [e for e in EXERCISES if callable(e.reference)], ids=lambda e: e.id)
+def test_what_an_exercise_draws_is_seen_drawn(ex, tmp_path):
+    space = ex.space
+    log = str(tmp_path / "calls.jsonl")
+    answer = _watching(ex.reference, log, space.world_from)
+    assert ex.evaluate(answer).passed, ex.evaluate(answer).message
+    if ex._hidden is not None:
+        assert ex._run(ex._hidden, answer).passed
+    calls = _calls(log)
+    assert calls, "the answer was never called"
+    seen = {
+        "world": {c["world"] for c in calls} - {None},
+        "machines": {int(c["machines"]) for c in calls if c["machines"]},
+        "dtypes": {d for c in calls for d in c["dtypes"]},
+        "model": {m for c in calls for m in c["model"]},
+        "lengths": {n for c in calls for n in c["sizes"]},
+    }
+    by_process = defaultdict(set)
+    for c in calls:
+        by_process[c["pid"]].add(c["key"])
+    seen["calls"] = {max(len(keys) for keys in by_process.values())}
+    missing = {}
+    for axis in SEEN_AXES:
+        if axis not in space.drawn:
+            continue
+        declared = set(space.drawn[axis])
+        if axis == "calls":
+            ok = max(seen["calls"]) >= min(declared)
+        elif axis == "lengths":
+            ok = max(seen["lengths"], default=0) >= max(declared)
+        else:
+            ok = declared <= seen[axis]
+        if not ok:
+            missing[axis] = (sorted(declared), sorted(seen[axis]))
+    assert not missing, f"declared, not seen drawn (declared, seen): {missing}"
