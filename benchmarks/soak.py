@@ -62,9 +62,11 @@ def report(results: dict[str, list[str]], claim: str) -> None:
         print(f"{name:{width}} {_bad(outcomes):4d} bad of {len(outcomes)}")
         for why in sorted(set(outcomes) - {"clean"}):
             print(f"{'':{width}} {outcomes.count(why):4d} x {why}")
-    (first, second) = results.values()
-    p = fisher_one_sided(_bad(first), len(first), _bad(second), len(second))
-    print(f"Fisher's exact test, one-sided: p = {p:.2g} that {claim}")
+    (first_name, first), *others = results.items()
+    for name, other in others:  # each later setting against the first
+        p = fisher_one_sided(_bad(first), len(first), _bad(other), len(other))
+        said = claim if len(others) == 1 else f"{name} is no better than {first_name}"
+        print(f"Fisher's exact test, one-sided: p = {p:.2g} that {said}")
 
 
 def soak_arguments(

@@ -1,13 +1,17 @@
-"""A torchrun restart of the exported lesson 04 script, with and without a store per start.
+"""A torchrun restart of the exported lesson 04 script: the static rendezvous, and c10d with
+and without a store per start.
 
 `make restart-soak` (or `.venv/bin/python benchmarks/torchrun_restart.py --runs 10`). Each
-run exports the solved lesson 04, starts it under `torchrun --standalone --nproc-per-node 2
+run exports the solved lesson 04, starts it under `torchrun --nproc-per-node 2
 --max-restarts 1` with `FAIL_AT_EPOCH=2` (rank 1 dies as epoch 2 begins, on the first
 start only), and counts it clean when torchrun ends with 0 after the restart resumed from
-the snapshot. The two settings alternate run by run, so that load falls on both alike:
-torch's default (the agent's store shared with the ranks and kept across restarts) and
-`TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` (a new store each start). Fisher's exact test says
-whether the difference could be chance. Only loopback addresses are used.
+the snapshot. The three settings alternate run by run, so that load falls on all alike:
+c10d (`--standalone`) with torch's default (the agent's store shared with the ranks and
+kept across restarts); c10d with `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` (a new store each
+start); and the static rendezvous, torchrun's default without `--standalone` or
+`--rdzv-backend` (`--master-addr 127.0.0.1 --master-port P`), whose agent keeps one store
+for every start and which no variable changes. Fisher's exact test says whether each
+differs from the first by chance. Only loopback addresses are used.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -28,27 +33,29 @@ sys.path[:0] = [str(Path(__file__).resolve().parent)]
 
 from soak import alternate, report, soak_arguments  # noqa: E402
 
+STATIC = ("--master-addr", "127.0.0.1", "--master-port")  # and a free port, per run
 SETTINGS = {
-    "shared store (torch's default)": {},
-    "a store per start": {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"},
+    "c10d, shared store (torch's default)": (("--standalone",), {}),
+    "c10d, a store per start": (("--standalone",), {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}),
+    "static rendezvous (no --standalone)": (STATIC, {}),
 }
 
 
-def one_run(script: Path, env: dict[str, str], limit: float) -> str:
+def _free_port() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
+def one_run(script: Path, setting: tuple, limit: float) -> str:
     """'clean', or what went wrong, for one job that loses a rank and is restarted."""
     for leftover in script.parent.glob("checkpoint.pt*"):
         leftover.unlink()
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        "2",
-        "--max-restarts",
-        "1",
-        script.name,
-    ]
+    rendezvous, env = setting
+    if rendezvous == STATIC:
+        rendezvous = (*STATIC, _free_port())
+    command = [sys.executable, "-m", "torch.distributed.run", *rendezvous]
+    command += ["--nproc-per-node", "2", "--max-restarts", "1", script.name]
     full_env = dict(os.environ, OMP_NUM_THREADS="1", FAIL_AT_EPOCH="2", **env)
     proc = subprocess.Popen(
         command,
@@ -89,7 +96,7 @@ def main() -> int:
             SETTINGS,
             args.runs,
             1,
-            lambda env, n: [one_run(script, env, args.limit) for _ in range(n)],
+            lambda setting, n: [one_run(script, setting, args.limit) for _ in range(n)],
         )
     report(results, "a store per start is no better")
     return 0

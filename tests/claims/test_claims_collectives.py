@@ -125,26 +125,41 @@ def test_a_barrier_met_by_another_ranks_all_reduce_waits_until_stopped(monkeypat
     assert caught.value.kind == "timeout"
 
 
-def _init_seconds() -> float:
-    import os
-    import time
+# Plain processes (no launcher: its TORCH_DIST_INIT_BARRIER is not set), on a store that
+# waits for nobody (wait_for_workers=False): what holds rank 0 in init_process_group can
+# only be gloo connecting to every peer. Rank 1 comes 2 s late; rank 0 exits 0 if its
+# init took that long, 3 if it returned sooner.
+GLOO_CONNECTS = """\
+import os
+import sys
+import time
+from datetime import timedelta
 
-    import torch.distributed as dist
+import torch.distributed as dist
 
-    if os.environ["RANK"] == "1":
-        time.sleep(2.0)  # rank 1 comes late
-    start = time.monotonic()
-    dist.init_process_group("gloo")
-    seconds = time.monotonic() - start
-    dist.destroy_process_group()
-    return seconds
+os.environ.pop("TORCH_DIST_INIT_BARRIER", None)
+rank = int(os.environ["RANK"])
+store = dist.TCPStore(
+    "127.0.0.1", int(os.environ["MASTER_PORT"]), 2, is_master=rank == 0,
+    wait_for_workers=False, timeout=timedelta(seconds=30),
+)
+if rank == 1:
+    time.sleep(2.0)
+start = time.monotonic()
+dist.init_process_group("gloo", store=store, rank=rank, world_size=2)
+took = time.monotonic() - start
+dist.barrier()
+dist.destroy_process_group()
+sys.exit(0 if rank == 1 or took >= 1.5 else 3)
+"""
 
 
-def test_no_rank_leaves_init_process_group_before_every_rank_has_joined():
+def test_gloo_connects_during_init_so_no_rank_leaves_before_every_rank_has_joined(tmp_path):
     # 02-30: under gloo, init_process_group() returns on no rank before all have come:
-    # rank 0 waits there for the rank that starts 2 s late.
-    early, _late = launch(_init_seconds, nprocs=2, timeout=60)
-    assert early >= 1.5, early
+    # rank 0 waits there, on a store that does not wait, for the rank 2 s late.
+    script = tmp_path / "gloo_connects.py"
+    script.write_text(GLOO_CONNECTS)
+    assert plain_job(script, limit=60) == "clean"
 
 
 FORGETS = """\

@@ -175,6 +175,64 @@ def test_step_one_has_one_bucket_then_buckets_follow_the_order_gradients_were_re
     assert given == [["late.bias", "late.weight", "early.bias", "early.weight"]]  # 25 MiB
 
 
+def _buckets_of_the_lessons_model(find_unused: bool) -> dict:
+    """For 03-30's model (8 x Linear(1024, 1024) and a Linear(1024, 256): 33 MiB): the
+    size of each bucket (MiB) at steps 1-3, the parameters of bucket 0, and, for each
+    bucket's hook at steps 2-3, how many parameters had no gradient yet (zero_grad set
+    them to None): the backward still running while that bucket's all_reduce starts."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(8)])
+    net.append(torch.nn.Linear(1024, 256))
+    order = {id(p): i for i, p in enumerate(net.parameters())}
+    model = DDP(net, find_unused_parameters=find_unused)
+    hook, sizes, first, pending = _counting_hook([]), [], [], []
+
+    def recording(state, bucket):
+        sizes[-1].append((bucket.index(), round(bucket.buffer().numel() * 4 / 2**20, 2)))
+        if bucket.index() == 0:
+            first.append(sorted(order[id(p)] for p in bucket.parameters()))
+        pending[-1].append(sum(p.grad is None for p in net.parameters()))
+        return hook(state, bucket)
+
+    model.register_comm_hook(None, recording)
+    for _ in range(3):
+        sizes.append([])
+        pending.append([])
+        model.zero_grad(set_to_none=True)
+        model(torch.randn(2, 1024)).sum().backward()
+    dist.destroy_process_group()
+    shown = [[size for _, size in sorted(step)] for step in sizes]
+    return {"sizes": shown, "bucket0": first, "pending": pending, "count": len(order)}
+
+
+def test_on_the_lessons_model_buckets_close_past_25_mib_and_start_before_backward_ends():
+    # 03-13, 03-34, 03-85: the first step reduces all 33 MiB in one bucket; from the second,
+    # bucket 0 closes at 1 MiB and the next at the first gradient past 25 MiB (a gradient
+    # is never split), rebuilt once (step 3 as step 2); and bucket 0's all_reduce starts
+    # while backward() still has gradients to compute.
+    found = launch(_buckets_of_the_lessons_model, False, nprocs=2)[0]
+    assert found["sizes"][0] == [33.03]
+    assert found["sizes"][1] == found["sizes"][2] == [1.0, 28.03, 4.0]
+    assert 28.03 - 4.0 < 25 < 28.03  # the bucket took the gradient that crossed 25 MiB
+    assert all(step[0] > 0 for step in found["pending"][1:])  # gradients still to come
+    assert found["bucket0"][1] == [16, 17]  # the last layer's weight and bias
+
+
+def test_with_find_unused_parameters_bucket_zero_holds_the_last_parameters():
+    # 03-34: find_unused_parameters=True lays the buckets out at wrapping, from
+    # model.parameters() reversed (the last parameters in bucket 0), and keeps them.
+    found = launch(_buckets_of_the_lessons_model, True, nprocs=2)[0]
+    assert found["sizes"] == [[1.0, 28.03, 4.0]] * 3
+    last = found["bucket0"][0]
+    assert last == list(range(found["count"] - len(last), found["count"])), last
+    assert found["bucket0"] == [last] * 3
+
+
 def _unused_parameter_steps() -> dict:
     """A model with a parameter no forward uses (`head`): whether step 1 averaged the used
     one's gradient, then what step 2 does."""
