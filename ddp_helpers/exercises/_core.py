@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import contextvars
 import inspect
@@ -363,10 +364,58 @@ class Exercise:
         print(self.texts.text("solution_header", id=self.id))
         print(self.solution_source())
 
-    def solution_source(self) -> str:
-        if callable(self._solution):
-            return textwrap.dedent(inspect.getsource(self._solution))
-        return repr(self._solution)
+    def solution_source(self, namespace: dict | None = None) -> str:
+        """The reference as code to paste into the notebook as it is: the course's own
+        imports of earlier answers (`from .lesson02.setup import setup`) become a comment
+        naming them, since the notebook holds the learner's own; a helper the notebook
+        reaches as `ex.NAME` is written so, unless the notebook (`namespace`, by default the
+        running notebook's) binds the name itself."""
+        if not callable(self._solution):
+            return repr(self._solution)
+        source = textwrap.dedent(inspect.getsource(self._solution))
+        lines = source.splitlines(keepends=True)
+        yours, drop = [], set()
+        tree = ast.parse(source)
+        bound = _notebook_namespace() if namespace is None else namespace
+        helpers = [n for n in self._helpers_in(tree) if n.id not in bound]
+        for node in sorted(helpers, key=lambda n: (-n.lineno, -n.col_offset)):
+            line = lines[node.lineno - 1]
+            lines[node.lineno - 1] = f"{line[: node.col_offset]}ex.{line[node.col_offset :]}"
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                yours += [f"{alias.asname or alias.name}()" for alias in node.names]
+                drop.update(range(node.lineno - 1, node.end_lineno))
+        if not yours:
+            return "".join(lines)
+        kept = [line for n, line in enumerate(lines) if n not in drop]
+        first = min(drop)
+        indent = lines[first][: len(lines[first]) - len(lines[first].lstrip())]
+        note = indent + "# " + self.texts.text("solution_uses_yours", names=and_list(yours))
+        return "".join(kept[:first] + [note + "\n"] + kept[first:])
+
+    def _helpers_in(self, tree: ast.AST) -> list[ast.Name]:
+        """The names a reference reads from its own module that the lesson hands the
+        notebook as `ex.NAME` (3.6's buckets_for)."""
+        import importlib
+        import sys
+
+        from . import lesson_of_exercise, module_name
+
+        lesson = importlib.import_module(module_name(lesson_of_exercise(self.id)))
+        home = sys.modules[self._solution.__module__]
+        own = {
+            n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+        }
+        return [
+            n
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Name)
+            and isinstance(n.ctx, ast.Load)
+            and n.id not in own
+            and callable(getattr(lesson, n.id, None))
+            and not isinstance(getattr(lesson, n.id), types.ModuleType)
+            and getattr(lesson, n.id, None) is getattr(home, n.id, object())
+        ]
 
     @property
     def reference(self):

@@ -41,6 +41,7 @@ MESSAGES = i18n.messages(
         "hint_header": "💡 Hint {n} of {total} for exercise {id}: {text}",
         "no_more_hints": "(That was the last hint; `.solution()` shows the reference answer.)",
         "solution_header": "Reference solution for exercise {id}:",
+        "solution_uses_yours": "{names}: your own answers, from this notebook's cells above",
         "progress_header": "Lesson {lesson}: {passed} of {total} exercises pass",
         "progress_core": "Lesson {lesson}: {passed} of {total} exercises of the core path pass",
         "progress_further": "Going further (optional): {passed} of {total} pass",
