@@ -289,7 +289,13 @@ class Exercise:
     @property
     def mistake_keys(self) -> frozenset[str]:
         """Every mistake key a check of it can give: its own, the ranks', the core's."""
-        core = ("error", "not_attempted", "not_attempted_other", "not_attempted_pasted")
+        core = (
+            "error",
+            "not_attempted",
+            "not_attempted_other",
+            "not_attempted_pasted",
+            "earlier_first",
+        )
         return frozenset([*self.mistakes, *RANK_MISTAKES, *core])
 
     def reference_names(self) -> list[tuple[str, str]]:
@@ -301,6 +307,31 @@ class Exercise:
 
     def _run(self, checker, answer) -> Result:
         answer = answer if isinstance(answer, Answer) else Answer(answer)
+        result = self._checked(checker, answer)
+        if result.status in (CheckStatus.WRONG, CheckStatus.ERROR) and _GRADING.get() is None:
+            return self._earlier_first(answer.obj) or result
+        return result
+
+    def _earlier_first(self, answer) -> Result | None:
+        """When an answer that calls the learner's own answer to an earlier exercise fails,
+        and that earlier answer fails its own check, the cause is there: "fix 2.1 first"
+        (2.2 calls pick_backend(); the capstone calls setup(), wrap(), cleanup()). A
+        learner's check only: the grader judges each exercise on its own."""
+        for earlier in _earlier_exercises(self.id):
+            mine = getattr(answer, "__globals__", {}).get(earlier.name)
+            if earlier.name not in _names_used(answer) or not callable(mine):
+                continue
+            verdict = earlier.evaluate(mine)
+            if verdict.status in (CheckStatus.WRONG, CheckStatus.ERROR):
+                if verdict.mistake == "earlier_first":
+                    return self._result(CheckStatus.WRONG, "earlier_first", verdict.fields)
+                fields = {"function": Phrase("function", name=earlier.name), "other": earlier.id}
+                return self._result(
+                    CheckStatus.WRONG, "earlier_first", fields | {"why": verdict.title or ""}
+                )
+        return None
+
+    def _checked(self, checker, answer: Answer) -> Result:
         try:
             detail = checker(answer) or ""
         except Wrong as exc:
@@ -424,6 +455,35 @@ class Exercise:
 
     def __repr__(self) -> str:
         return f"<exercise {self.id}: {self.name}>"
+
+
+def _earlier_exercises(exercise_id: str) -> list[Exercise]:
+    """The course's exercises before this one, in order (2.1 before 2.2, lesson 02's
+    before lesson 04's)."""
+    from . import LESSONS, exercises_of
+
+    def order(ex_id: str) -> tuple[int, int]:
+        lesson, number = ex_id.split(".")
+        return int(lesson), int(number)
+
+    every = [ex for lesson in LESSONS for ex in exercises_of(lesson)]
+    return [ex for ex in every if order(ex.id) < order(exercise_id)]
+
+
+def _names_used(answer) -> set[str]:
+    """The global names an answer's code reads: a function's, its inner functions', a
+    class's methods'."""
+    codes = []
+    if isinstance(answer, type):
+        codes = [f.__code__ for f in vars(answer).values() if hasattr(f, "__code__")]
+    elif hasattr(answer, "__code__"):
+        codes = [answer.__code__]
+    names: set[str] = set()
+    while codes:
+        code = codes.pop()
+        names.update(code.co_names)
+        codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    return names
 
 
 def _function_of(exercise_id: str) -> Phrase:

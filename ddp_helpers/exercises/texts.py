@@ -26,6 +26,12 @@ MESSAGES = i18n.messages(
             "still says `raise NotImplementedError(...)`. Finish that one first."
         ),
         "not_attempted_other.title": "calls another exercise that is still a stub",
+        "earlier_first": (
+            "The cause is earlier: your {function} "
+            "(exercise {other}) is not right yet ({why}). Fix exercise {other} first (its "
+            "check says what is wrong), then run this check again."
+        ),
+        "earlier_first.title": "an earlier exercise it calls is not right yet",
         "not_attempted_pasted": (
             "⏳ Exercise {id}: not attempted yet: your code calls {function}, which still "
             "says `raise NotImplementedError(...)` in this notebook. Paste your answer to "
