@@ -175,11 +175,12 @@ def test_step_one_has_one_bucket_then_buckets_follow_the_order_gradients_were_re
     assert given == [["late.bias", "late.weight", "early.bias", "early.weight"]]  # 25 MiB
 
 
-def _buckets_of_the_lessons_model(find_unused: bool) -> dict:
-    """For 03-30's model (8 x Linear(1024, 1024) and a Linear(1024, 256): 33 MiB): the
-    size of each bucket (MiB) at steps 1-3, the parameters of bucket 0, and, for each
-    bucket's hook at steps 2-3, how many parameters had no gradient yet (zero_grad set
-    them to None): the backward still running while that bucket's all_reduce starts."""
+def _buckets_of_the_lessons_model(setting: str | None, steps: int = 3) -> dict:
+    """For 03-30's model (8 x Linear(1024, 1024) and a Linear(1024, 256): 33 MiB), wrapped
+    with DDP's defaults or with `setting` (a keyword set to True): the size of each bucket
+    (MiB) at each step, the parameters of bucket 0, and, for each bucket's hook, how many
+    parameters had no gradient yet (zero_grad set them to None): the backward still
+    running while that bucket's all_reduce starts."""
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -189,7 +190,7 @@ def _buckets_of_the_lessons_model(find_unused: bool) -> dict:
     net = torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(8)])
     net.append(torch.nn.Linear(1024, 256))
     order = {id(p): i for i, p in enumerate(net.parameters())}
-    model = DDP(net, find_unused_parameters=find_unused)
+    model = DDP(net, **({} if setting is None else {setting: True}))
     hook, sizes, first, pending = _counting_hook([]), [], [], []
 
     def recording(state, bucket):
@@ -200,7 +201,7 @@ def _buckets_of_the_lessons_model(find_unused: bool) -> dict:
         return hook(state, bucket)
 
     model.register_comm_hook(None, recording)
-    for _ in range(3):
+    for _ in range(steps):
         sizes.append([])
         pending.append([])
         model.zero_grad(set_to_none=True)
@@ -215,9 +216,10 @@ def test_on_the_lessons_model_buckets_close_past_25_mib_and_start_before_backwar
     # bucket 0 closes at 1 MiB and the next at the first gradient past 25 MiB (a gradient
     # is never split), rebuilt once (step 3 as step 2); and bucket 0's all_reduce starts
     # while backward() still has gradients to compute.
-    found = launch(_buckets_of_the_lessons_model, False, nprocs=2)[0]
+    found = launch(_buckets_of_the_lessons_model, None, nprocs=2)[0]
     assert found["sizes"][0] == [33.03]
     assert found["sizes"][1] == found["sizes"][2] == [1.0, 28.03, 4.0]
+    assert found["bucket0"][1] == found["bucket0"][2]  # rebuilt once: step 3 as step 2
     assert 28.03 - 4.0 < 25 < 28.03  # the bucket took the gradient that crossed 25 MiB
     assert all(step[0] > 0 for step in found["pending"][1:])  # gradients still to come
     assert found["bucket0"][1] == [16, 17]  # the last layer's weight and bias
@@ -226,11 +228,23 @@ def test_on_the_lessons_model_buckets_close_past_25_mib_and_start_before_backwar
 def test_with_find_unused_parameters_bucket_zero_holds_the_last_parameters():
     # 03-34: find_unused_parameters=True lays the buckets out at wrapping, from
     # model.parameters() reversed (the last parameters in bucket 0), and keeps them.
-    found = launch(_buckets_of_the_lessons_model, True, nprocs=2)[0]
+    found = launch(_buckets_of_the_lessons_model, "find_unused_parameters", nprocs=2)[0]
     assert found["sizes"] == [[1.0, 28.03, 4.0]] * 3
     last = found["bucket0"][0]
     assert last == list(range(found["count"] - len(last), found["count"])), last
     assert found["bucket0"] == [last] * 3
+
+
+def test_with_static_graph_the_first_two_steps_use_one_bucket_and_the_third_rebuilds():
+    # 03-13, 03-34: "the first step puts every gradient in one bucket" is DDP's defaults;
+    # with static_graph=True the first two steps use the one bucket, the buckets are
+    # rebuilt at the third (as the defaults' second step lays them out), and kept.
+    # Under `launch`: its settings (an init barrier, groups kept, os._exit after the
+    # function returns, one OpenMP thread) act before and after DDP, not on the reducer's
+    # buckets.
+    found = launch(_buckets_of_the_lessons_model, "static_graph", 4, nprocs=2)[0]
+    assert found["sizes"] == [[33.03], [33.03], [1.0, 28.03, 4.0], [1.0, 28.03, 4.0]]
+    assert found["bucket0"][2] == found["bucket0"][3] == [16, 17]
 
 
 def _unused_parameter_steps() -> dict:
