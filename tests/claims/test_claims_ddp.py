@@ -27,8 +27,10 @@ def _counting_hook(calls: list):
     return hook
 
 
-def _all_reduces_with_no_sync(around: str) -> int:
-    """All-reduces of one step with `no_sync()` around its forward, or its backward only."""
+def _all_reduces_with_no_sync(around: str) -> int | tuple[int, bool]:
+    """All-reduces of one step with `no_sync()` around its forward, or its backward only;
+    or ("accumulate") of a micro-batch inside `no_sync()` then one outside, with whether
+    the gradient is then the ranks' average of the two micro-batches' summed gradients."""
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -38,6 +40,22 @@ def _all_reduces_with_no_sync(around: str) -> int:
     model, calls = DDP(torch.nn.Linear(4, 2)), []
     model.register_comm_hook(None, _counting_hook(calls))
     x = torch.randn(3, 4)
+    if around == "accumulate":
+        torch.manual_seed(dist.get_rank() + 1)
+        xs = [torch.randn(3, 4) for _ in range(2)]
+        with model.no_sync():
+            model(xs[0]).sum().backward()
+        model(xs[1]).sum().backward()
+        local = torch.nn.Linear(4, 2)
+        local.load_state_dict(model.module.state_dict())
+        for x in xs:
+            local(x).sum().backward()
+        mean = local.weight.grad.clone()
+        dist.all_reduce(mean)
+        mean /= dist.get_world_size()
+        averaged = torch.allclose(model.module.weight.grad, mean, atol=1e-6)
+        dist.destroy_process_group()
+        return len(calls), averaged
     if around == "forward":
         with model.no_sync():
             loss = model(x).sum()
@@ -55,6 +73,8 @@ def test_no_sync_is_decided_at_forward_time():
     # inside it, after a forward outside, all-reduces all the same.
     assert list(launch(_all_reduces_with_no_sync, "forward", nprocs=2)) == [0, 0]
     assert list(launch(_all_reduces_with_no_sync, "backward", nprocs=2)) == [1, 1]
+    # A micro-batch inside, the next outside: one all-reduce, of the sum, averaged.
+    assert list(launch(_all_reduces_with_no_sync, "accumulate", nprocs=2)) == [(1, True)] * 2
 
 
 def _reducer_arithmetic(config: str, steps: int = 3) -> list[str]:
@@ -212,16 +232,17 @@ def _buckets_of_the_lessons_model(setting: str | None, steps: int = 3) -> dict:
 
 
 def test_on_the_lessons_model_buckets_close_past_25_mib_and_start_before_backward_ends():
-    # 03-13, 03-34, 03-85: the first step reduces all 33 MiB in one bucket; from the second,
-    # bucket 0 closes at 1 MiB and the next at the first gradient past 25 MiB (a gradient
+    # 03-13, 03-34, 03-85: the first step reduces all 33 MiB in one bucket, after the whole
+    # backward; from the second, bucket 0 (the last layer) closes at 1 MiB and the next at the first gradient past 25 MiB (a gradient
     # is never split), rebuilt once (step 3 as step 2); and bucket 0's all_reduce starts
-    # while backward() still has gradients to compute.
+    # while backward() still has 16 of the 18 gradients to compute.
     found = launch(_buckets_of_the_lessons_model, None, nprocs=2)[0]
     assert found["sizes"][0] == [33.03]
+    assert found["pending"][0] == [0]  # step 1: after the whole backward
     assert found["sizes"][1] == found["sizes"][2] == [1.0, 28.03, 4.0]
     assert found["bucket0"][1] == found["bucket0"][2]  # rebuilt once: step 3 as step 2
     assert 28.03 - 4.0 < 25 < 28.03  # the bucket took the gradient that crossed 25 MiB
-    assert all(step[0] > 0 for step in found["pending"][1:])  # gradients still to come
+    assert all(step[0] == 16 for step in found["pending"][1:])  # gradients still to come
     assert found["bucket0"][1] == [16, 17]  # the last layer's weight and bias
 
 
@@ -289,7 +310,8 @@ def test_an_unused_parameter_leaves_step_one_unaveraged_and_step_two_raises():
 def _buffers_after_forwards(sync: bool) -> list[bool]:
     """Whether BatchNorm's running mean is equal on both ranks after each of: a training
     forward and backward on different data, a no_grad forward, then (after rank 1 moves
-    its own statistics) another no_grad forward."""
+    its own statistics) another no_grad forward, then two training forwards of one batch
+    that both ranks share."""
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -315,13 +337,49 @@ def _buffers_after_forwards(sync: bool) -> list[bool]:
             model.module[1].running_mean.add_(1.0)
         model(torch.randn(8, 3))  # none: the last forward ran without gradients
         found.append(equal())
+    model.train()
+    torch.manual_seed(0)
+    same = torch.randn(8, 3)  # the same batch on both ranks: equal after, if equal before
+    model(same).sum().backward()  # none: the last forward ran without gradients
+    found.append(equal())
+    model(same).sum().backward()  # rank 0's first: the last forward had gradients
+    found.append(equal())
     dist.destroy_process_group()
     return found
 
 
 def test_buffers_are_broadcast_before_a_forward_that_follows_one_with_gradients():
-    # 03-18, 03-32...03-39, 04-40...04-45: nothing averages buffers; rank 0's are broadcast
-    # before a forward when the previous one ran with gradients (outside no_sync); not
-    # after a forward without them; never with forward_sync_buffers=False.
-    assert launch(_buffers_after_forwards, True, nprocs=2)[0] == [False, True, False]
-    assert launch(_buffers_after_forwards, False, nprocs=2)[0] == [False, False, False]
+    # 03-18, 03-32...03-39, 03-54, 04-40...04-45: nothing averages buffers; rank 0's are
+    # broadcast before a forward when the previous one ran with gradients (outside
+    # no_sync); not after a forward without them (the first training forward after
+    # evaluation included); never with forward_sync_buffers=False.
+    found = launch(_buffers_after_forwards, True, nprocs=2)[0]
+    assert found == [False, True, False, False, True]
+    assert launch(_buffers_after_forwards, False, nprocs=2)[0] == [False] * 5
+
+
+def test_float16_rounds_a_small_gradient_to_zero_where_bfloat16_keeps_it():
+    # 03-64: float16 (unlike bfloat16) needs a GradScaler: a gradient of 1e-8 underflows
+    # to zero in float16 (smallest normal 6.1e-5, subnormal 6e-8); bfloat16 has float32's
+    # exponent range; scaled by 2**16 (GradScaler's default start), float16 keeps it.
+    import torch
+
+    small = torch.tensor(1e-8)
+    assert small.half().item() == 0.0
+    assert small.bfloat16().item() != 0.0
+    assert torch.finfo(torch.bfloat16).tiny == torch.finfo(torch.float32).tiny
+    assert (small * 2.0**16).half().item() != 0.0
+    assert torch.amp.GradScaler("cpu").get_scale() == 2.0**16
+
+
+def test_layernorm_and_groupnorm_normalise_each_example_alone_batchnorm_does_not():
+    # 03-43: LayerNorm and GroupNorm look at one example at a time: a batch's output is its
+    # examples' outputs, each normalised alone; BatchNorm's (training) is not.
+    import torch
+
+    torch.manual_seed(0)
+    x = torch.randn(6, 4, 5) * torch.arange(1.0, 7.0).view(6, 1, 1)
+    for norm in (torch.nn.LayerNorm([4, 5]), torch.nn.GroupNorm(2, 4), torch.nn.BatchNorm1d(4)):
+        alone = torch.cat([norm(x[i : i + 1]) for i in range(len(x))])
+        per_example = torch.allclose(norm(x), alone, atol=1e-6)
+        assert per_example is (not isinstance(norm, torch.nn.BatchNorm1d)), norm
