@@ -123,9 +123,8 @@ def test_stated_times_name_each_section_and_do_not_move_the_count():
     # The total is Going further's count rounded half up, and what the list adds up to.
     assert counted.further_rounded == int(counted.further_minutes + 0.5)
     assert sum(counted.section_minutes) == counted.further_rounded
-    assert all(
-        abs(n - s.path.minutes) < 1 for n, s in zip(counted.section_minutes, counted.sections)
-    )
+    pairs = zip(counted.section_minutes, counted.sections, strict=True)
+    assert all(abs(n - s.path.minutes) < 1 for n, s in pairs)
     again = pace.stated_texts(nb, counted, "en")
     assert all(next(c for c in nb.cells if c.get("id") == k).source == v for k, v in again.items())
     # A list that ends the cell is replaced whole, not doubled.

@@ -233,9 +233,10 @@ def _buckets_of_the_lessons_model(setting: str | None, steps: int = 3) -> dict:
 
 def test_on_the_lessons_model_buckets_close_past_25_mib_and_start_before_backward_ends():
     # 03-13, 03-34, 03-85: the first step reduces all 33 MiB in one bucket, after the whole
-    # backward; from the second, bucket 0 (the last layer) closes at 1 MiB and the next at the first gradient past 25 MiB (a gradient
-    # is never split), rebuilt once (step 3 as step 2); and bucket 0's all_reduce starts
-    # while backward() still has 16 of the 18 gradients to compute.
+    # backward; from the second, bucket 0 (the last layer) closes at 1 MiB and the next at
+    # the first gradient past 25 MiB (a gradient is never split), rebuilt once (step 3 as
+    # step 2); and bucket 0's all_reduce starts while backward() still has 16 of the 18
+    # gradients to compute.
     found = launch(_buckets_of_the_lessons_model, None, nprocs=2)[0]
     assert found["sizes"][0] == [33.03]
     assert found["pending"][0] == [0]  # step 1: after the whole backward
