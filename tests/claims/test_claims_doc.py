@@ -24,6 +24,7 @@ PAGE = re.compile(
     r'^page: (?P<url>https://\S+) \((?:read )?(?P<date>\d{4}-\d{2}-\d{2})\) "(?P<quote>.+)"$'
 )
 KINDS = ("test", "source", "page", "measured")
+ONE_SIDED = " (one-sided)"
 
 
 def _items(evidence: str) -> list[str]:
@@ -73,12 +74,30 @@ def test_every_rows_phrase_is_still_in_its_cell():
 
 
 def _tests_in(path: Path) -> set[str]:
+    return set(_marks_in(path))
+
+
+def _marks_in(path: Path) -> dict[str, set[str]]:
+    """Each test function of a file, with the names of its pytest marks."""
     tree = ast.parse(path.read_text())
-    return {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+    marks = {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            names = set()
+            for decorator in node.decorator_list:
+                target = decorator.func if isinstance(decorator, ast.Call) else decorator
+                if isinstance(target, ast.Attribute):
+                    names.add(target.attr)
+            marks[node.name] = names
+    return marks
+
+
+def _named(item: str) -> str:
+    return item.removeprefix("test: ").removesuffix(ONE_SIDED)
 
 
 def test_every_test_named_exists_and_every_claims_test_backs_a_row():
-    named = {item.removeprefix("test: ") for _, item in _all_items("test")}
+    named = {_named(item) for _, item in _all_items("test")}
     for name in named:
         path, _, test = name.partition("::")
         assert test in _tests_in(ROOT / path), name
@@ -90,6 +109,26 @@ def test_every_test_named_exists_and_every_claims_test_backs_a_row():
         if test.startswith("test_")
     }
     assert not suite - named, f"tests backing no row of docs/claims.md: {sorted(suite - named)}"
+
+
+def test_a_test_that_cannot_fail_says_so_in_its_row_with_the_soak_that_counts():
+    """A claims test marked one_sided (it also passes on the outcome that would contradict
+    its claim, "clean or abort", say) backs a row only as `(one-sided)`, beside a measured
+    piece: the soak and its count. And a row says one-sided only of a test so marked."""
+    wrong = []
+    for row, item in _all_items("test"):
+        path, _, test = _named(item).partition("::")
+        marked = "one_sided" in _marks_in(ROOT / path).get(test, set())
+        said = item.endswith(ONE_SIDED)
+        if marked != said:
+            why = "cited without (one-sided)" if marked else "has no one_sided mark"
+            wrong.append(f"{row['cell']}: {item}: the test {why}")
+        elif said and not any(i.startswith("measured: ") for i in _items(row["evidence"])):
+            wrong.append(f"{row['cell']}: {item} without a measured: piece (the soak, its count)")
+    assert not wrong, (
+        "a one-sided test (@pytest.mark.one_sided) is cited as `test: PATH::NAME (one-sided)` "
+        "with a `measured:` piece in its row:\n" + "\n".join(wrong)
+    )
 
 
 @pytest.mark.parametrize(
