@@ -169,6 +169,34 @@ def _answer_traceback(text: str, limit: int = 4) -> str:
     return "\n".join([*(line for frame in shown for line in frame), *tail]) + "\n"
 
 
+# What shows the course's own frames in a check's tracebacks: `%env DDP_HELPERS_TRACEBACK=full`.
+FULL_TRACEBACK = "DDP_HELPERS_TRACEBACK"
+
+
+def _without_course_frames(text: str) -> str:
+    """The ranks' tracebacks of a check's error without the frames of the course's own
+    files (the harness that called the answer, the launcher), which are noise to a learner;
+    a line at the end says how to see them. Unless DDP_HELPERS_TRACEBACK is `full`."""
+    import os
+
+    if os.environ.get(FULL_TRACEBACK) == "full":
+        return text
+    kept: list[str] = []
+    hidden = skipping = False
+    for line in text.splitlines():
+        match = _FRAME_LINE.match(line)
+        if match:
+            skipping = _is_course_file(match["file"])
+            hidden |= skipping
+        elif not line.startswith("    "):
+            skipping = False
+        if not skipping:
+            kept.append(line)
+    if hidden:
+        kept.append(MESSAGES["course_frames_hidden"].format(variable=FULL_TRACEBACK))
+    return "\n".join(kept)
+
+
 def _is_course_file(path: str) -> bool:
     return any(part in path for part in ("ddp_helpers/exercises", "ddp_helpers/launcher"))
 
@@ -345,7 +373,7 @@ class Exercise:
             if isinstance(exc, AnswerRaised):
                 text, raised = _answer_traceback(exc.traceback), exc.exc_type
             elif isinstance(exc, DistributedError):
-                text, raised = exc.render(), exc.exc_type
+                text, raised = _without_course_frames(exc.render()), exc.exc_type
             else:
                 text, raised = _short_traceback(exc), None
             fields = {"exception": raised or type(exc).__name__, "detail": text}

@@ -46,6 +46,9 @@ MESSAGES = i18n.messages(
         "error.title": "raised {exception}",
         "hint_header": "💡 Hint {n} of {total} for exercise {id}: {text}",
         "no_more_hints": "(That was the last hint; `.solution()` shows the reference answer.)",
+        "course_frames_hidden": (
+            "(The course's own frames are left out; `%env {variable}=full` shows them.)"
+        ),
         "solution_header": "Reference solution for exercise {id}:",
         "solution_uses_yours": "{names}: your own answers, from this notebook's cells above",
         "progress_header": "Lesson {lesson}: {passed} of {total} exercises pass",
