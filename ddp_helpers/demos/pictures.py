@@ -11,6 +11,8 @@ MESSAGES = i18n.messages(
         "machine": "machine (node) {node}",
         "rank_box": "rank {rank}\nlocal {local}\ncuda:{local}",
         "nodes_title": "RANK counts across machines; LOCAL_RANK (and the GPU) restarts on each",
+        "rank_zero_legend": "rank 0 of the whole job: serves the rendezvous, prints and saves",
+        "other_ranks_legend": "the other ranks",
         "without_set_epoch": "without set_epoch",
         "with_set_epoch": "with set_epoch(epoch)",
         "position": "position in the epoch",
@@ -124,12 +126,12 @@ def draw_nodes(envs):
     launcher's or torchrun's environment gives them.
     """
     import matplotlib.pyplot as plt
-    from matplotlib.patches import FancyBboxPatch
+    from matplotlib.patches import FancyBboxPatch, Patch
 
     use_fonts()
     nodes = sorted({e["GROUP_RANK"] for e in envs})
     per_node = max(e["LOCAL_RANK"] for e in envs) + 1
-    fig, ax = plt.subplots(figsize=(2.6 * len(nodes) + 0.4, 2.4))
+    fig, ax = plt.subplots(figsize=(2.6 * len(nodes) + 0.4, 2.8))
     for node in nodes:
         x0 = node * 2.6
         ax.add_patch(
@@ -157,6 +159,18 @@ def draw_nodes(envs):
     ax.set_ylim(0, 2.2)
     ax.axis("off")
     ax.set_title(MESSAGES["nodes_title"], fontsize=9)
+    key = [
+        Patch(fc="#76b900", ec="#3d6000", label=MESSAGES["rank_zero_legend"]),
+        Patch(fc="#cfe8a5", ec="#3d6000", label=MESSAGES["other_ranks_legend"]),
+    ]
+    ax.legend(
+        handles=key,
+        loc="upper center",
+        bbox_to_anchor=(0.5, 0.0),
+        ncol=2,
+        fontsize=8,
+        frameon=False,
+    )
     fig.tight_layout()
     return fig
 
