@@ -348,12 +348,19 @@ def _fill_pace(pace) -> None:
         help="state the counted times in the solutions and their translations (the lesson's "
         "top, each Going further heading); then run `build`",
     )
+    pace.add_argument(
+        "--only",
+        action="append",
+        metavar="NN",
+        help="this lesson only (01, 02, ...; may be repeated): print, or with --write state, "
+        "its times and no other's",
+    )
 
 
 def _pace(args, parser) -> int:
     from .authoring.pace import main as pace
 
-    pace(["--write"] if args.write else [])
+    pace((["--write"] if args.write else []) + [f"--only={n}" for n in args.only or []])
     return 0
 
 

@@ -189,12 +189,20 @@ class Counted:
 
     @property
     def further_rounded(self) -> int:
-        """The total stated: the sections' stated times added up (and the text before the
-        first, rounded), so that the lesson's top agrees with its list."""
-        if not self.sections:
-            return int(self.further_minutes + 0.5)
-        listed = sum(_rounded(s.path.minutes) for s in self.sections)
-        return listed + int(self.intro.minutes + 0.5)
+        """The total stated: Going further's minutes (the text before its first section
+        included) rounded half up, or, where the sections' minimum of a minute each comes to
+        more, that. The sections' stated times add up to it."""
+        least = sum(max(1, int(s.path.minutes)) for s in self.sections)
+        return max(_rounded(self.further_minutes), least)
+
+    @property
+    def section_minutes(self) -> tuple[int, ...]:
+        """Each section's stated minutes, adding up to `further_rounded` (largest-remainder
+        rounding): each section its whole minutes, at least one, then the minutes left one
+        each to the sections with the largest remainders; so the text before the first
+        section, read with them, is counted in, and each stays within a minute of its
+        count."""
+        return _apportioned([s.path.minutes for s in self.sections], self.further_rounded)
 
 
 def _code_cell(cell, tally: _Tally, regions: Regions) -> None:
@@ -332,7 +340,24 @@ WORDING = {
 
 
 def _rounded(minutes: float) -> int:
+    """Whole minutes, half up (Python's round() takes a half to the even neighbour), at
+    least one."""
     return max(1, int(minutes + 0.5))
+
+
+def _apportioned(minutes: list[float], total: int) -> tuple[int, ...]:
+    """Whole minutes for each of `minutes`, adding up to `total` (or to the minimums, where
+    they come to more): each its whole minutes, at least one, then the minutes left one
+    each to the largest remainders (the earlier item on a tie; one raised to the minimum
+    has none), round again if more are left than items."""
+    counts = [max(1, int(m)) for m in minutes]
+    by_remainder = sorted(range(len(minutes)), key=lambda i: (counts[i] - minutes[i], i))
+    left = total - sum(counts)
+    while left > 0 and by_remainder:
+        for i in by_remainder[:left]:
+            counts[i] += 1
+        left = total - sum(counts)
+    return tuple(counts)
 
 
 def stated_top(counted: Counted, lang: str) -> str:
@@ -347,14 +372,15 @@ def stated_top(counted: Counted, lang: str) -> str:
         more=words["in_sections"] if counted.sections else "",
     )
     entries = [
-        words["entry"].format(title=s.title, anchor=s.anchor, minutes=_rounded(s.path.minutes))
-        for s in counted.sections
+        words["entry"].format(title=s.title, anchor=s.anchor, minutes=minutes)
+        for s, minutes in zip(counted.sections, counted.section_minutes, strict=True)
     ]
     return top + ("\n" + "".join(entries) if entries else "")
 
 
-def _headed(text: str, sections: list[Section], lang: str) -> str:
-    """`text` with each section heading stating its time, after its anchor line."""
+def _headed(text: str, sections: list[tuple[Section, int]], lang: str) -> str:
+    """`text` with each section heading stating its time (the minutes paired with it),
+    after its anchor line."""
     lines, out, skip_blank, k = text.splitlines(), [], False, 0
     for line in lines:
         if ANCHOR.match(line):
@@ -366,11 +392,11 @@ def _headed(text: str, sections: list[Section], lang: str) -> str:
         skip_blank = False
         heading = SECTION.match(line)
         if heading and k < len(sections):
-            section, k = sections[k], k + 1
+            (section, minutes), k = sections[k], k + 1
             if out and out[-1].strip():
                 out.append("")
             title = TIME_SUFFIX.sub("", heading["title"])
-            suffix = WORDING[lang]["suffix"].format(minutes=_rounded(section.path.minutes))
+            suffix = WORDING[lang]["suffix"].format(minutes=minutes)
             out += [f'<a id="{section.anchor}"></a>', "", f"### {title}{suffix}"]
             continue
         out.append(line)
@@ -384,9 +410,9 @@ def stated_texts(nb, counted: Counted, lang: str) -> dict[str, str]:
     first = nb.cells[0]
     if TOP.search(first.source):
         texts[first.get("id")] = TOP.sub(lambda _: stated_top(counted, lang), first.source, count=1)
-    by_cell: dict[str, list[Section]] = {}
-    for section in counted.sections:
-        by_cell.setdefault(section.cell, []).append(section)
+    by_cell: dict[str, list[tuple[Section, int]]] = {}
+    for section, minutes in zip(counted.sections, counted.section_minutes, strict=True):
+        by_cell.setdefault(section.cell, []).append((section, minutes))
     for cell in nb.cells:
         if cell.get("id") in by_cell:
             source = texts.get(cell.get("id"), cell.source)
@@ -415,11 +441,11 @@ def _restate(entries: dict, english, stated: dict, old_hashes: dict) -> list[str
     return changed
 
 
-def write(root=None, check: bool = False) -> list[str]:
+def write(root=None, check: bool = False, lessons=None) -> list[str]:
     """State every time in the solutions (`check`: change nothing): the lesson's top and
     each Going further heading, the English from the English count, the Japanese
-    translation (i18n/ja) from the Japanese one. The cells that were (or would be) changed,
-    as "NN_name.ipynb cell ID (lang)"."""
+    translation (i18n/ja) from the Japanese one; `lessons` ("03", ...): those only. The
+    cells that were (or would be) changed, as "NN_name.ipynb cell ID (lang)"."""
     import json
 
     from ..exercises import LESSONS, exercises_of, notebook_name
@@ -431,7 +457,7 @@ def write(root=None, check: bool = False) -> list[str]:
     nbformat = _nbformat()
     root = root or ROOT
     changed: list[str] = []
-    for lesson in LESSONS:
+    for lesson in lessons or LESSONS:
         name, exercises = notebook_name(lesson), exercises_of(lesson)
         for _ in range(4):  # a stated time is text too: count again until nothing moves
             moved = False
@@ -471,25 +497,32 @@ def write(root=None, check: bool = False) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Print each lesson's estimate and what it is made of; `--write` states the times."""
+    """Print each lesson's estimate and what it is made of, with the whole minutes the
+    lesson states (in brackets); `--write` states the times; `--only=NN`: that lesson."""
     from ..exercises import LESSONS
 
-    if argv and "--write" in argv:
-        for line in write():
+    argv = argv or []
+    only = [a.removeprefix("--only=") for a in argv if a.startswith("--only=")] or None
+    if "--write" in argv:
+        for line in write(lessons=only):
             print(f"stated the times in {line}")
         return
-    for lesson in LESSONS:
+    for lesson in only or LESSONS:
         counted = lesson_counted(lesson)
         path = counted.core
         parts = ", ".join(f"{k} {v:.1f}" for k, v in path.parts().items())
         answers = " + ".join(f"{m:.1f}" for m in path.exercise_minutes)
         print(
-            f"{lesson}: {path.minutes:.1f} min (at most {TARGET_MINUTES}) = {parts}; "
-            f"exercises {answers or '-'}" + (f", {path.pasted} pasted" if path.pasted else "")
+            f"{lesson}: {path.minutes:.1f} min [{path.rounded}] (at most {TARGET_MINUTES}) = "
+            f"{parts}; exercises {answers or '-'}"
+            + (f", {path.pasted} pasted" if path.pasted else "")
         )
-        sections = "; ".join(f"{s.title} {s.path.minutes:.1f}" for s in counted.sections)
+        sections = "; ".join(
+            f"{s.title} {s.path.minutes:.1f} [{minutes}]"
+            for s, minutes in zip(counted.sections, counted.section_minutes, strict=True)
+        )
         print(
-            f"    going further: {counted.further_minutes:.1f} min"
+            f"    going further: {counted.further_minutes:.1f} min [{counted.further_rounded}]"
             + (f" = {sections}" if sections else "")
         )
 

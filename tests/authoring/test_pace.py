@@ -120,9 +120,11 @@ def test_stated_times_name_each_section_and_do_not_move_the_count():
     assert "- [First look](#further-09-3), about 2 min" in top
     assert '<a id="further-09-3"></a>\n\n### First look (about 2 min)' in nb.cells[3].source
     assert pace.count(nb) == counted  # the times, the list and the anchors are not counted
-    # The total is what the list adds up to (with the text before the first section).
-    listed = sum(max(1, int(s.path.minutes + 0.5)) for s in counted.sections)
-    assert counted.further_rounded == listed + int(counted.intro.minutes + 0.5)
+    # The total is Going further's count rounded half up, and what the list adds up to.
+    assert counted.further_rounded == int(counted.further_minutes + 0.5)
+    assert sum(counted.section_minutes) == counted.further_rounded
+    pairs = zip(counted.section_minutes, counted.sections, strict=True)
+    assert all(abs(n - s.path.minutes) < 1 for n, s in pairs)
     again = pace.stated_texts(nb, counted, "en")
     assert all(next(c for c in nb.cells if c.get("id") == k).source == v for k, v in again.items())
     # A list that ends the cell is replaced whole, not doubled.
@@ -131,8 +133,23 @@ def test_stated_times_name_each_section_and_do_not_move_the_count():
     assert twice.count("- [First look]") == 1
 
 
-def test_every_time_the_solutions_state_is_the_count_in_both_editions():
-    assert pace.write(check=True) == [], "run: python -m ddp_helpers pace --write, then build"
+def test_stated_minutes_round_half_up_and_the_list_adds_up_to_the_total():
+    # Python's round() takes 2.5 to 2; a stated time takes it to 3.
+    assert [pace._rounded(m) for m in (2.5, 3.5, 0.2, 1.49)] == [3, 4, 1, 1]
+    # Largest remainders: each its whole minutes, then the minutes left to the largest
+    # remainders, so the list adds up to the total (here 1.1 of text before the sections).
+    assert pace._apportioned([2.475, 5.2, 0.983, 4.4], 14) == (3, 5, 1, 5)
+    assert pace._apportioned([1.5, 1.5], 3) == (2, 1)  # a tie: the earlier one
+    assert pace._apportioned([0.2, 0.3, 10.0], 11) == (1, 1, 10)  # minimums come to 12
+    counted = pace.count(_further_notebook())
+    assert sum(counted.section_minutes) == counted.further_rounded
+
+
+@pytest.mark.parametrize("lesson", ["01", "02", "03", "04"])
+def test_every_time_the_solutions_state_is_the_count_in_both_editions(lesson):
+    assert pace.write(check=True, lessons=[lesson]) == [], (
+        f"run: python -m ddp_helpers pace --write --only {lesson}, then build"
+    )
 
 
 @pytest.mark.parametrize("lang", ["en", "ja"])

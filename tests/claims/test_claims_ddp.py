@@ -1,9 +1,9 @@
 """Claims the lessons make about DistributedDataParallel, shown on the pinned torch.
 
-Each test runs DDP on gloo ranks (the course's launcher) and asserts the behaviour a
-lesson states; docs/claims.md names the cell of each claim and its test here. A test that
-fails on another torch release (make compat) means that lesson's sentence no longer holds
-there.
+Most tests run DDP on gloo ranks (the course's launcher: see UNDER_LAUNCHER for why it
+cannot change their results) and assert the behaviour a lesson states; docs/claims.md
+names the cell of each claim and its test here. A test that fails on another torch
+release (make compat) means that lesson's sentence no longer holds there.
 """
 
 from __future__ import annotations
@@ -12,6 +12,17 @@ import pytest
 from claims_support import same_on_every_rank
 
 from ddp_helpers import launch
+
+# These tests run DDP under the course's launcher (`launch`). What they assert is decided by
+# DDP itself inside forward and backward; the launcher's settings act elsewhere: its init
+# barrier before DDP is built, its kept groups and os._exit after the function returns,
+# and one OpenMP thread and the loopback interface change neither which buckets,
+# all-reduces and broadcasts DDP makes nor (compared within one process) its arithmetic.
+# The expert read re-ran the reducer, buckets, no_sync and unused-parameter findings with
+# torch.multiprocessing.spawn and found the same.
+UNDER_LAUNCHER = pytest.mark.under_launcher(
+    "DDP's reducer decides it inside forward/backward; the launcher acts at init and exit"
+)
 
 
 def _counting_hook(calls: list):
@@ -27,8 +38,10 @@ def _counting_hook(calls: list):
     return hook
 
 
-def _all_reduces_with_no_sync(around: str) -> int:
-    """All-reduces of one step with `no_sync()` around its forward, or its backward only."""
+def _all_reduces_with_no_sync(around: str) -> int | tuple[int, bool]:
+    """All-reduces of one step with `no_sync()` around its forward, or its backward only;
+    or ("accumulate") of a micro-batch inside `no_sync()` then one outside, with whether
+    the gradient is then the ranks' average of the two micro-batches' summed gradients."""
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -38,6 +51,22 @@ def _all_reduces_with_no_sync(around: str) -> int:
     model, calls = DDP(torch.nn.Linear(4, 2)), []
     model.register_comm_hook(None, _counting_hook(calls))
     x = torch.randn(3, 4)
+    if around == "accumulate":
+        torch.manual_seed(dist.get_rank() + 1)
+        xs = [torch.randn(3, 4) for _ in range(2)]
+        with model.no_sync():
+            model(xs[0]).sum().backward()
+        model(xs[1]).sum().backward()
+        local = torch.nn.Linear(4, 2)
+        local.load_state_dict(model.module.state_dict())
+        for x in xs:
+            local(x).sum().backward()
+        mean = local.weight.grad.clone()
+        dist.all_reduce(mean)
+        mean /= dist.get_world_size()
+        averaged = torch.allclose(model.module.weight.grad, mean, atol=1e-6)
+        dist.destroy_process_group()
+        return len(calls), averaged
     if around == "forward":
         with model.no_sync():
             loss = model(x).sum()
@@ -50,11 +79,14 @@ def _all_reduces_with_no_sync(around: str) -> int:
     return len(calls)
 
 
+@UNDER_LAUNCHER
 def test_no_sync_is_decided_at_forward_time():
     # 03-35, 03-37: the forward inside no_sync() is what skips the all-reduce; a backward
     # inside it, after a forward outside, all-reduces all the same.
     assert list(launch(_all_reduces_with_no_sync, "forward", nprocs=2)) == [0, 0]
     assert list(launch(_all_reduces_with_no_sync, "backward", nprocs=2)) == [1, 1]
+    # A micro-batch inside, the next outside: one all-reduce, of the sum, averaged.
+    assert list(launch(_all_reduces_with_no_sync, "accumulate", nprocs=2)) == [(1, True)] * 2
 
 
 def _reducer_arithmetic(config: str, steps: int = 3) -> list[str]:
@@ -108,6 +140,7 @@ def _reducer_arithmetic(config: str, steps: int = 3) -> list[str]:
     return found
 
 
+@UNDER_LAUNCHER
 @pytest.mark.parametrize(
     "config, steps",
     [
@@ -163,6 +196,7 @@ def _bucket_layouts(bucket_cap_mb) -> list[list[list[str]]]:
     return layouts
 
 
+@UNDER_LAUNCHER
 def test_step_one_has_one_bucket_then_buckets_follow_the_order_gradients_were_ready():
     # 03-30, 03-31, 03-61: the first step uses one bucket (nothing to overlap); from the
     # second, buckets are rebuilt in the order step 1 produced the gradients (here `late`
@@ -175,11 +209,12 @@ def test_step_one_has_one_bucket_then_buckets_follow_the_order_gradients_were_re
     assert given == [["late.bias", "late.weight", "early.bias", "early.weight"]]  # 25 MiB
 
 
-def _buckets_of_the_lessons_model(find_unused: bool) -> dict:
-    """For 03-30's model (8 x Linear(1024, 1024) and a Linear(1024, 256): 33 MiB): the
-    size of each bucket (MiB) at steps 1-3, the parameters of bucket 0, and, for each
-    bucket's hook at steps 2-3, how many parameters had no gradient yet (zero_grad set
-    them to None): the backward still running while that bucket's all_reduce starts."""
+def _buckets_of_the_lessons_model(setting: str | None, steps: int = 3) -> dict:
+    """For 03-30's model (8 x Linear(1024, 1024) and a Linear(1024, 256): 33 MiB), wrapped
+    with DDP's defaults or with `setting` (a keyword set to True): the size of each bucket
+    (MiB) at each step, the parameters of bucket 0, and, for each bucket's hook, how many
+    parameters had no gradient yet (zero_grad set them to None): the backward still
+    running while that bucket's all_reduce starts."""
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -189,7 +224,7 @@ def _buckets_of_the_lessons_model(find_unused: bool) -> dict:
     net = torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(8)])
     net.append(torch.nn.Linear(1024, 256))
     order = {id(p): i for i, p in enumerate(net.parameters())}
-    model = DDP(net, find_unused_parameters=find_unused)
+    model = DDP(net, **({} if setting is None else {setting: True}))
     hook, sizes, first, pending = _counting_hook([]), [], [], []
 
     def recording(state, bucket):
@@ -200,7 +235,7 @@ def _buckets_of_the_lessons_model(find_unused: bool) -> dict:
         return hook(state, bucket)
 
     model.register_comm_hook(None, recording)
-    for _ in range(3):
+    for _ in range(steps):
         sizes.append([])
         pending.append([])
         model.zero_grad(set_to_none=True)
@@ -210,27 +245,42 @@ def _buckets_of_the_lessons_model(find_unused: bool) -> dict:
     return {"sizes": shown, "bucket0": first, "pending": pending, "count": len(order)}
 
 
+@UNDER_LAUNCHER
 def test_on_the_lessons_model_buckets_close_past_25_mib_and_start_before_backward_ends():
-    # 03-13, 03-34, 03-85: the first step reduces all 33 MiB in one bucket; from the second,
-    # bucket 0 closes at 1 MiB and the next at the first gradient past 25 MiB (a gradient
-    # is never split), rebuilt once (step 3 as step 2); and bucket 0's all_reduce starts
-    # while backward() still has gradients to compute.
-    found = launch(_buckets_of_the_lessons_model, False, nprocs=2)[0]
+    # 03-13, 03-34, 03-85: the first step reduces all 33 MiB in one bucket, after the whole
+    # backward; from the second, bucket 0 (the last layer) closes at 1 MiB and the next at
+    # the first gradient past 25 MiB (a gradient is never split), rebuilt once (step 3 as
+    # step 2); and bucket 0's all_reduce starts while backward() still has 16 of the 18
+    # gradients to compute.
+    found = launch(_buckets_of_the_lessons_model, None, nprocs=2)[0]
     assert found["sizes"][0] == [33.03]
+    assert found["pending"][0] == [0]  # step 1: after the whole backward
     assert found["sizes"][1] == found["sizes"][2] == [1.0, 28.03, 4.0]
+    assert found["bucket0"][1] == found["bucket0"][2]  # rebuilt once: step 3 as step 2
     assert 28.03 - 4.0 < 25 < 28.03  # the bucket took the gradient that crossed 25 MiB
-    assert all(step[0] > 0 for step in found["pending"][1:])  # gradients still to come
+    assert all(step[0] == 16 for step in found["pending"][1:])  # gradients still to come
     assert found["bucket0"][1] == [16, 17]  # the last layer's weight and bias
 
 
+@UNDER_LAUNCHER
 def test_with_find_unused_parameters_bucket_zero_holds_the_last_parameters():
     # 03-34: find_unused_parameters=True lays the buckets out at wrapping, from
     # model.parameters() reversed (the last parameters in bucket 0), and keeps them.
-    found = launch(_buckets_of_the_lessons_model, True, nprocs=2)[0]
+    found = launch(_buckets_of_the_lessons_model, "find_unused_parameters", nprocs=2)[0]
     assert found["sizes"] == [[1.0, 28.03, 4.0]] * 3
     last = found["bucket0"][0]
     assert last == list(range(found["count"] - len(last), found["count"])), last
     assert found["bucket0"] == [last] * 3
+
+
+@UNDER_LAUNCHER
+def test_with_static_graph_the_first_two_steps_use_one_bucket_and_the_third_rebuilds():
+    # 03-13, 03-34: "the first step puts every gradient in one bucket" is DDP's defaults;
+    # with static_graph=True the first two steps use the one bucket, the buckets are
+    # rebuilt at the third (as the defaults' second step lays them out), and kept.
+    found = launch(_buckets_of_the_lessons_model, "static_graph", 4, nprocs=2)[0]
+    assert found["sizes"] == [[33.03], [33.03], [1.0, 28.03, 4.0], [1.0, 28.03, 4.0]]
+    assert found["bucket0"][2] == found["bucket0"][3] == [16, 17]
 
 
 def _unused_parameter_steps() -> dict:
@@ -265,6 +315,7 @@ def _unused_parameter_steps() -> dict:
     return found
 
 
+@UNDER_LAUNCHER
 def test_an_unused_parameter_leaves_step_one_unaveraged_and_step_two_raises():
     # 03-43: with a parameter no forward uses (find_unused_parameters=False), step 1
     # silently does not average (its bucket never completes), and step 2's forward raises.
@@ -275,7 +326,8 @@ def test_an_unused_parameter_leaves_step_one_unaveraged_and_step_two_raises():
 def _buffers_after_forwards(sync: bool) -> list[bool]:
     """Whether BatchNorm's running mean is equal on both ranks after each of: a training
     forward and backward on different data, a no_grad forward, then (after rank 1 moves
-    its own statistics) another no_grad forward."""
+    its own statistics) another no_grad forward, then two training forwards of one batch
+    that both ranks share."""
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -301,13 +353,50 @@ def _buffers_after_forwards(sync: bool) -> list[bool]:
             model.module[1].running_mean.add_(1.0)
         model(torch.randn(8, 3))  # none: the last forward ran without gradients
         found.append(equal())
+    model.train()
+    torch.manual_seed(0)
+    same = torch.randn(8, 3)  # the same batch on both ranks: equal after, if equal before
+    model(same).sum().backward()  # none: the last forward ran without gradients
+    found.append(equal())
+    model(same).sum().backward()  # rank 0's first: the last forward had gradients
+    found.append(equal())
     dist.destroy_process_group()
     return found
 
 
+@UNDER_LAUNCHER
 def test_buffers_are_broadcast_before_a_forward_that_follows_one_with_gradients():
-    # 03-18, 03-32...03-39, 04-40...04-45: nothing averages buffers; rank 0's are broadcast
-    # before a forward when the previous one ran with gradients (outside no_sync); not
-    # after a forward without them; never with forward_sync_buffers=False.
-    assert launch(_buffers_after_forwards, True, nprocs=2)[0] == [False, True, False]
-    assert launch(_buffers_after_forwards, False, nprocs=2)[0] == [False, False, False]
+    # 03-18, 03-32...03-39, 03-54, 04-40...04-45: nothing averages buffers; rank 0's are
+    # broadcast before a forward when the previous one ran with gradients (outside
+    # no_sync); not after a forward without them (the first training forward after
+    # evaluation included); never with forward_sync_buffers=False.
+    found = launch(_buffers_after_forwards, True, nprocs=2)[0]
+    assert found == [False, True, False, False, True]
+    assert launch(_buffers_after_forwards, False, nprocs=2)[0] == [False] * 5
+
+
+def test_float16_rounds_a_small_gradient_to_zero_where_bfloat16_keeps_it():
+    # 03-64: float16 (unlike bfloat16) needs a GradScaler: a gradient of 1e-8 underflows
+    # to zero in float16 (smallest normal 6.1e-5, subnormal 6e-8); bfloat16 has float32's
+    # exponent range; scaled by 2**16 (GradScaler's default start), float16 keeps it.
+    import torch
+
+    small = torch.tensor(1e-8)
+    assert small.half().item() == 0.0
+    assert small.bfloat16().item() != 0.0
+    assert torch.finfo(torch.bfloat16).tiny == torch.finfo(torch.float32).tiny
+    assert (small * 2.0**16).half().item() != 0.0
+    assert torch.amp.GradScaler("cpu").get_scale() == 2.0**16
+
+
+def test_layernorm_and_groupnorm_normalise_each_example_alone_batchnorm_does_not():
+    # 03-43: LayerNorm and GroupNorm look at one example at a time: a batch's output is its
+    # examples' outputs, each normalised alone; BatchNorm's (training) is not.
+    import torch
+
+    torch.manual_seed(0)
+    x = torch.randn(6, 4, 5) * torch.arange(1.0, 7.0).view(6, 1, 1)
+    for norm in (torch.nn.LayerNorm([4, 5]), torch.nn.GroupNorm(2, 4), torch.nn.BatchNorm1d(4)):
+        alone = torch.cat([norm(x[i : i + 1]) for i in range(len(x))])
+        per_example = torch.allclose(norm(x), alone, atol=1e-6)
+        assert per_example is (not isinstance(norm, torch.nn.BatchNorm1d)), norm
