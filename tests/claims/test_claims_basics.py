@@ -3,7 +3,8 @@ few lines show, on gloo ranks or in this process. Where the course's launcher co
 what torch does (its store, its init barrier, its debug level, its kept groups), the ranks
 are plain processes (claims_support.plain_job, as torchrun starts them); the launcher runs
 only what its settings cannot touch: a collective's values, DDP's arithmetic, an error
-raised before anything connects. docs/claims.md names each claim's cell and its test here."""
+raised before anything connects (each such test is marked under_launcher, with why).
+docs/claims.md names each claim's cell and its test here."""
 
 from __future__ import annotations
 
@@ -40,6 +41,10 @@ def _collectives() -> dict:
     }
 
 
+@pytest.mark.under_launcher(
+    "a collective's values; guards=False, so destroy_process_group() is torch's own; "
+    "one OpenMP thread and the loopback interface change no value"
+)
 def test_all_reduce_sums_all_gather_orders_broadcast_copies_and_destroy_ends_the_group():
     # 01-19, 02-14, 02-07: all_reduce sums by default and leaves the sum on every rank;
     # all_gather gives every rank every rank's tensor, in rank order; broadcast copies the
@@ -152,6 +157,10 @@ def _ddp_at_construction_and_backward() -> dict:
     }
 
 
+@pytest.mark.under_launcher(
+    "DDP decides its broadcast and its averaged gradients at construction and in backward; "
+    "the launcher acts at init's end and at exit"
+)
 def test_ddp_broadcasts_rank_zeros_parameters_and_buffers_then_averages_the_gradients():
     # 02-16, 03-10, 03-62, d84bc519: DDP(model) gives every rank rank 0's parameters and
     # buffers; backward() leaves each rank the mean of the ranks' gradients; the wrapper's
@@ -202,6 +211,9 @@ def _ddp_misuses() -> dict:
     return found
 
 
+@pytest.mark.under_launcher(
+    "each refusal is a check inside the call itself, raised before any exchange"
+)
 def test_ddp_and_the_group_refuse_what_the_lessons_say_they_refuse():
     # 03-05, 02-33, 03-43, 02-40, 04-e2, d84bc519: device_ids for a CPU module; a second
     # init_process_group; SyncBatchNorm on CPU under DDP; AVG of integers on gloo; an
@@ -228,6 +240,9 @@ def _shapes_differ() -> str:
     return "built"
 
 
+@pytest.mark.under_launcher(
+    "DDP's shape check runs in its constructor; the launcher acts at init's end and at exit"
+)
 def test_ddp_checks_at_construction_that_every_rank_has_the_same_shapes():
     # 03-85: a model whose parameters differ in shape across ranks fails at DDP(...).
     with pytest.raises(DistributedError) as caught:
@@ -257,6 +272,9 @@ def _after_wrapping_nothing_rechecks() -> bool:
     return torch.equal(weights[0], weights[1])
 
 
+@pytest.mark.under_launcher(
+    "what DDP does (or not) in forward and backward; the launcher acts at init's end and at exit"
+)
 def test_ddp_never_checks_again_that_the_ranks_weights_agree():
     # 03-10: after construction, a rank whose weights drift keeps them: no error, no fix.
     assert list(launch(_after_wrapping_nothing_rechecks, nprocs=2)) == [False, False]
@@ -441,6 +459,9 @@ def _nccl_here() -> str:
     return "initialised"
 
 
+@pytest.mark.under_launcher(
+    "raised inside init_process_group before anything connects (distributed_c10d.py:2181)"
+)
 def test_nccl_on_a_machine_without_a_gpu_is_refused_at_init_with_the_builds_reason():
     # 02-21: a CPU-only build of torch (the lock's) says NCCL is not built in; a CUDA build
     # on a machine without a GPU (make compat's builds, here) says a GPU is missing, in
@@ -561,6 +582,7 @@ def test_a_post_accumulate_grad_hook_sees_the_finished_gradient():
     assert len(seen) == 1 and torch.equal(seen[0], p.grad)
 
 
+@pytest.mark.under_launcher("SyncBatchNorm's refusal on CPU is a check in its forward")
 def test_sync_batchnorm_replaces_every_batchnorm_and_needs_a_gpu_to_train():
     # 03-43: convert_sync_batchnorm replaces each BatchNorm; with a group on CPU, a training
     # forward of SyncBatchNorm raises, an evaluation forward runs.
