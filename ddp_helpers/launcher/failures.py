@@ -4,6 +4,7 @@ and the error the notebook shows. Pure functions over records: no processes here
 from __future__ import annotations
 
 import pickle
+import re
 from dataclasses import dataclass
 
 from .. import i18n
@@ -50,6 +51,11 @@ MESSAGES = messages(
         ),
         "waiting_in": "rank {rank} was at {where}",
         "rank_finished": "rank {rank}: had already finished",
+        "returned_while_waiting": (
+            "{ranks} returned while rank {rank} waited in {collective}: a collective only "
+            "some ranks make, like one inside `if rank == 0:`"
+        ),
+        "a_collective": "a collective",
         "peer_returned": (
             "{ranks} had already returned when this happened. A collective (barrier, all_reduce, "
             "broadcast, DDP's backward) that not every rank calls, for example one inside "
@@ -184,7 +190,15 @@ def failure_report(
     ordered = blame(failures, peer_text)
     first = ordered[0]
     victims_with_errors = [f for f in ordered[1:] if not f.stopped or f.kind == "exception"]
+    one_sided = ""
+    if mismatch(first, returned) == "returned":
+        one_sided = _sentence(
+            MESSAGES["returned_while_waiting"].format(
+                ranks=_ranks(returned), rank=first.rank, collective=_collective_of(first)
+            )
+        )
     paragraph = i18n.sentences(
+        one_sided,
         _sentence(first.summary().split("\n\n")[0].strip()),
         MESSAGES["more_failed"].format(count=len(victims_with_errors))
         if victims_with_errors
@@ -204,15 +218,8 @@ def failure_report(
         parts.append(MESSAGES["stack_at_death"].format(rank=first.rank) + "\n" + first.stack)
     if first.signal == "SIGKILL":
         parts.append(MESSAGES["killed_hint_kill"])
-    if mismatch(first, returned) == "returned":
-        ranks = i18n.listed(returned)
-        parts.append(
-            MESSAGES["peer_returned"].format(
-                ranks=MESSAGES["one_rank" if len(returned) == 1 else "many_ranks"].format(
-                    ranks=ranks
-                )
-            )
-        )
+    if one_sided:
+        parts.append(MESSAGES["peer_returned"].format(ranks=_ranks(returned)))
     tail = [
         MESSAGES["also_failed"].format(rank=f.rank, summary=f.summary())
         for f in victims_with_errors
@@ -248,6 +255,27 @@ def timeout_report(timeout: float, stacks: list[RankFailure]) -> tuple[str, str]
     if waiting:
         paragraph = i18n.sentences(paragraph, i18n.clauses(waiting))
     return paragraph, "\n\n".join(parts)
+
+
+def _ranks(ranks: list[int]) -> str:
+    """'rank 1', 'ranks 1 and 2', in the messages' language."""
+    key = "one_rank" if len(ranks) == 1 else "many_ranks"
+    return MESSAGES[key].format(ranks=i18n.and_listed(ranks))
+
+
+# A frame of torch's collectives' module in a traceback: '  File ".../distributed_c10d.py",
+# line 2870, in all_reduce'.
+_C10D_CALL = re.compile(r'^  File "[^"]*distributed_c10d\.py", line \d+, in (?P<name>\w+)$')
+
+
+def _collective_of(failure: RankFailure) -> str:
+    """The collective a rank waited in when its peer went away ("all_reduce"), from the
+    outermost frame of torch's collectives' module in its traceback."""
+    for line in (failure.traceback or "").splitlines():
+        match = _C10D_CALL.match(line)
+        if match and not match["name"].startswith("_"):
+            return f"`{match['name']}`"
+    return MESSAGES["a_collective"]
 
 
 def _sentence(text: str) -> str:

@@ -85,6 +85,25 @@ def test_a_victim_of_a_rank_that_returned_early_gets_the_collective_hint():
     assert "inside `if rank == 0:`" in report
 
 
+def test_the_paragraph_leads_with_the_collective_only_some_ranks_made():
+    waited = (
+        "Traceback (most recent call last):\n"
+        '  File "<cell>", line 7, in f\n'
+        '  File "/t/torch/distributed/c10d_logger.py", line 83, in wrapper\n'
+        '  File "/t/torch/distributed/distributed_c10d.py", line 2870, in all_reduce\n'
+        '  File "/t/torch/distributed/distributed_c10d.py", line 900, in _wait\n'
+        f"RuntimeError: {PEER}\n"
+    )
+    failure = RankFailure(0, "exception", "RuntimeError", PEER, waited, exitcode=1, at=1.0)
+    paragraph, _, _ = failure_report([failure], nprocs=3, returned=[1, 2])
+    assert paragraph.startswith(
+        "ranks 1 and 2 returned while rank 0 waited in `all_reduce`: a collective only some "
+        "ranks make, like one inside `if rank == 0:`. rank 0 raised RuntimeError"
+    ), paragraph
+    paragraph, _, _ = failure_report([raised(0, PEER)], nprocs=2, returned=[1])
+    assert paragraph.startswith("rank 1 returned while rank 0 waited in a collective:")
+
+
 def test_a_sigkilled_rank_gets_the_out_of_memory_hint_and_its_stack():
     stack = '  File "x.py", line 9, in step\n    huge = torch.zeros(10**12)'
     paragraph, report, _ = failure_report([exited(0, -9, stack=stack)], nprocs=1, returned=[])

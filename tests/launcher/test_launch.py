@@ -344,6 +344,7 @@ def test_a_collective_whose_peer_already_returned_gets_a_hint():
     text = info.value.render()
     assert info.value.rank == 0
     assert "rank 1 had already returned" in text and "inside `if rank == 0:`" in text
+    assert str(info.value).startswith("rank 1 returned while rank 0 waited in `barrier`")
 
 
 def test_a_rank_the_launcher_stopped_is_not_blamed():
