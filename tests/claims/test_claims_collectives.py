@@ -37,15 +37,16 @@ def _gather_unequal() -> None:
 
     dist.init_process_group("gloo")
     mine = torch.zeros(dist.get_rank() + 1)  # 1 value on rank 0, 2 on rank 1
-    dist.all_gather([torch.zeros_like(mine) for _ in range(2)], mine)
+    # Outputs sized as all_gather asks ("correctly-sized"): each rank's own size.
+    dist.all_gather([torch.zeros(rank + 1) for rank in range(2)], mine)
     dist.destroy_process_group()
 
 
 def test_all_gather_of_unequal_sizes_fails_on_gloo():
-    # 04-50: all_gather takes one size on every rank (on gloo a rank raises or aborts and
-    # the others wait; nccl's takes other sizes through a broadcast path: a page row in
+    # 04-50: on gloo all_gather takes one size on every rank, even into outputs of each
+    # rank's size (nccl's takes other sizes through a broadcast path: a page row in
     # docs/claims.md).
-    with pytest.raises(DistributedError):
+    with pytest.raises(DistributedError, match="invalid tensor size"):
         launch(_gather_unequal, nprocs=2, timeout=10)
 
 
@@ -174,6 +175,7 @@ assert t.item() == 2.0
 ABORT = "terminate called without an active exception"
 
 
+@pytest.mark.one_sided("a clean exit of the job that never destroys its group")
 def test_a_gloo_job_that_never_destroys_its_group_may_abort_at_exit_one_that_does_not(tmp_path):
     # d84bc519, 04-35: with its group never destroyed, a gloo rank either exits cleanly or
     # aborts as it exits, "terminate called without an active exception" (how often:

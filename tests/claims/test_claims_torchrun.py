@@ -99,6 +99,19 @@ def test_c10d_rendezvous_shares_its_store_unless_told_not_to(tmp_path):
     ]
 
 
+def test_static_rendezvous_shares_its_store_whatever_the_variable_says(tmp_path):
+    # 04-34: the variable acts under c10d only; under the static rendezvous (torchrun's
+    # default) the agent's store is shared with the ranks all the same (rank 0 serves
+    # none), the store its handler keeps for every start.
+    port = _free_port()
+    args = ["--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", str(port)]
+    run = _torchrun(tmp_path, args, TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
+    ranks = _ranks(run, tmp_path)
+    assert [(r["agent_store"], r["rank_serves_store"], r["port"]) for r in ranks] == [
+        ("True", False, port)
+    ]
+
+
 DDP_BUILT = textwrap.dedent(
     """\
     import os

@@ -381,3 +381,52 @@ def test_rank_zero_alone_evaluating_the_ddp_model_after_training_hangs_its_modul
         launch(_evaluate_on_rank_zero, False, nprocs=2, timeout=4)
     assert caught.value.kind == "timeout"
     assert list(launch(_evaluate_on_rank_zero, True, nprocs=2, timeout=60)) == ["done", "done"]
+
+
+def test_no_grad_keeps_no_activations_for_a_backward():
+    # 04-07: what torch.no_grad() saves in an evaluation is the autograd graph: a forward
+    # under it keeps none of the tensors a backward would need; with gradients it does.
+    import torch
+
+    net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+
+    def kept_by_a_forward(grad: bool) -> int:
+        kept = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(t) or t, lambda t: t):
+            with torch.set_grad_enabled(grad):
+                net(torch.randn(4, 8))
+        return len(kept)
+
+    assert kept_by_a_forward(False) == 0 < kept_by_a_forward(True)
+
+
+def test_a_resume_without_the_optimizers_state_steps_differently():
+    # 04-14: SGD with momentum, resumed after 2 steps: with optimizer.state_dict() restored
+    # the third step is the uninterrupted run's; with a fresh optimizer it differs.
+    import copy
+
+    import torch
+
+    torch.manual_seed(0)
+    x, y = torch.randn(8, 3), torch.randn(8, 1)
+
+    def step(net, opt):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(net(x), y).backward()
+        opt.step()
+
+    net = torch.nn.Linear(3, 1)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    for _ in range(2):
+        step(net, opt)
+    saved = copy.deepcopy({"model": net.state_dict(), "optimizer": opt.state_dict()})
+    step(net, opt)
+    third = net.weight.detach().clone()
+    for restore in (True, False):
+        again = torch.nn.Linear(3, 1)
+        again.load_state_dict(saved["model"])
+        opt = torch.optim.SGD(again.parameters(), lr=0.1, momentum=0.9)
+        if restore:
+            opt.load_state_dict(saved["optimizer"])
+        step(again, opt)
+        assert torch.equal(again.weight.detach(), third) == restore
