@@ -14,6 +14,7 @@ blocks; Fisher's exact test compares each with the first. Only loopback addresse
 
 from __future__ import annotations
 
+import inspect
 import sys
 import tempfile
 from pathlib import Path
@@ -22,15 +23,14 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests" / "claims")]
 
 from claims_support import plain_job  # noqa: E402
+from gloo_teardown import train_destroy_free  # noqa: E402
 from soak import alternate, busy_loops, report, soak_arguments  # noqa: E402
 
+# The launcher soak's own rank function (gloo_teardown.py), run as a plain script: the same
+# DDP steps, destroy and free, then the mark and the chosen ending.
 RANK = """\
 import os
 import threading
-
-import torch
-import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
 
 
 def spin():
@@ -40,15 +40,8 @@ def spin():
 
 if {spin}:
     threading.Thread(target=spin, daemon=True).start()
-dist.init_process_group("gloo")
-model = DDP(torch.nn.Linear(64, 64))
-optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-for _ in range(3):
-    optimizer.zero_grad()
-    model(torch.randn(16, 64)).sum().backward()
-    optimizer.step()
-dist.destroy_process_group()
-del model, optimizer  # the last reference to the group
+{train_destroy_free}
+train_destroy_free()
 with open(os.path.join(os.path.dirname(__file__), "freed-" + os.environ["RANK"]), "w"):
     pass
 if {quick_exit}:
@@ -76,7 +69,8 @@ def _block(setting: tuple, runs: int, limit: float, folder: Path) -> list[str]:
     spin, quick_exit = setting
     script = folder / f"rank_{int(spin)}{int(quick_exit)}" / "rank.py"
     script.parent.mkdir(exist_ok=True)
-    script.write_text(RANK.format(spin=spin, quick_exit=quick_exit))
+    body = inspect.getsource(train_destroy_free)
+    script.write_text(RANK.format(spin=spin, quick_exit=quick_exit, train_destroy_free=body))
     return [_run(script, limit) for _ in range(runs)]
 
 
