@@ -49,9 +49,15 @@ class DDPMagics(Magics):
     @argument("--backend", default="auto", help="gloo, nccl or auto (nccl if enough GPUs)")
     @argument("--timeout", type=float, default=None, help="stop every rank after S seconds")
     @argument("--ordered", action="store_true", help="print rank 0's lines, then rank 1's, ...")
+    @argument(
+        "--no-guards",
+        action="store_true",
+        help="run as under torchrun: no init barrier, groups freed, a normal exit",
+    )
     @cell_magic
     def ddp(self, line: str, cell: str):
-        """Run the cell on every rank: %%ddp -n 4 [--nnodes 2] [--backend B] [--timeout S]."""
+        """Run the cell on every rank: %%ddp -n 4 [--nnodes 2] [--backend B] [--timeout S]
+        [--ordered] [--no-guards]."""
         __tracebackhide__ = True
         args = parse_argstring(self.ddp, line)
         ip = self.shell
@@ -74,6 +80,7 @@ class DDPMagics(Magics):
                 ordered=True if args.ordered else None,
                 filename=filename,
                 namespace=shipped,
+                guards=not args.no_guards,
             )
         except DistributedError as exc:
             m = _NAME_ERROR.search(exc.exc_message or "")

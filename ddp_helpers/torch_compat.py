@@ -105,6 +105,9 @@ class Touchpoint:
     name: str = ""
     code: str | None = None
     texts: Messages = MESSAGES
+    # One of the launcher's guards (docs/launcher.md, "Guards"): a launch with guards=False
+    # neither applies it nor its fallback, so its ranks run as under torchrun.
+    guard: bool = False
 
     @property
     def what(self) -> str:
@@ -239,6 +242,7 @@ class KeepGroups(Touchpoint):
 
     name = "keep_groups"
     code = "torch.distributed.destroy_process_group, distributed_c10d._world.pg_map"
+    guard = True
 
     def check(self) -> Reason | None:
         """destroy_process_group() is there to wrap, and torch's registry of live groups,
@@ -382,9 +386,12 @@ def warm_modules(results: Results) -> tuple[str, ...]:
     return DynamoPreload.modules if usable(results, DynamoPreload.name) else ()
 
 
-def prepare_rank(results: Results, rank: RankSetup) -> None:
-    """In a new rank: apply every usable touchpoint, or its fallback."""
+def prepare_rank(results: Results, rank: RankSetup, guards: bool = True) -> None:
+    """In a new rank: apply every usable touchpoint, or its fallback; without `guards`, none
+    of those that are guards (KeepGroups: destroy_process_group() then frees the group)."""
     for point in TOUCHPOINTS:
+        if point.guard and not guards:
+            continue
         (point.apply if usable(results, point.name) else point.fallback)(rank)
 
 

@@ -111,7 +111,12 @@ def _new_run(work: Call | Cell, options: Options, daemon: bool = False) -> Run:
         ordered = os.environ.get("DDP_HELPERS_OUTPUT", "live") == "ordered"
     run_id = f"{os.getpid()}-{time.monotonic_ns()}"
     env, threads = shared_environment(
-        os.environ, options.nprocs, placement.backend, _cpu_count(), _loopback_interface()
+        os.environ,
+        options.nprocs,
+        placement.backend,
+        _cpu_count(),
+        _loopback_interface(),
+        options.guards,
     )
     # The rendezvous socket: bound to loopback and listening before any rank starts,
     # held until the run ends (rank 0 serves the store on it), so no port race. A confined
@@ -136,6 +141,7 @@ def _new_run(work: Call | Cell, options: Options, daemon: bool = False) -> Run:
         master_port=port,
         compat=zygote.compat,
         daemon=daemon,
+        guards=options.guards,
     )
     run = Run(zygote, request, options.timeout, OutputRouter(options.nprocs, ordered))
     try:
@@ -162,7 +168,7 @@ def _outcome(run: Run, plain: bool = False) -> Results:
         if error.kind == "launcher":  # a fresh helper process for the next launch
             client.shutdown()
         raise error
-    for line in exit_quirks(run.records):
+    for line in exit_quirks(run.records, run.req.guards):
         sys.stderr.write(line + "\n")
     if plain:
         return Results(_plain_value(r.rank, r.result) for r in run.records)
@@ -258,15 +264,18 @@ def launch(
     backend: str = "auto",
     timeout: float | None = None,
     ordered: bool | None = None,
+    guards: bool = True,
     **kwargs,
 ) -> Results:
     """Run fn(*args, **kwargs) on `nprocs` ranks, one process each; return each rank's value.
 
     With nnodes > 1 the ranks are spread over that many simulated machines, as `torchrun
-    --nnodes N --nproc-per-node nprocs/N` would start them (lesson 01).
+    --nnodes N --nproc-per-node nprocs/N` would start them (lesson 01). `guards=False`
+    runs and ends each rank as torchrun would, without the launcher's init barrier, kept
+    groups and os._exit (docs/launcher.md, "Guards").
     """
     __tracebackhide__ = True
-    options = Options.checked(nprocs, nnodes, backend, timeout, ordered)
+    options = Options.checked(nprocs, nnodes, backend, timeout, ordered, guards)
     return _run(Call(_pickle_call(fn, args, kwargs)), options)
 
 
@@ -290,10 +299,11 @@ def run_cell(
     ordered: bool | None = None,
     filename: str = "<cell>",
     namespace: dict[str, bytes] | None = None,
+    guards: bool = True,
 ) -> None:
     """Run a cell's source on every rank (what `%%ddp` does); `namespace`: pickled variables."""
     __tracebackhide__ = True
-    options = Options.checked(nprocs, nnodes, backend, timeout, ordered)
+    options = Options.checked(nprocs, nnodes, backend, timeout, ordered, guards)
     _run(Cell(source, filename, namespace or {}), options)
 
 
@@ -340,6 +350,7 @@ def spawn(
     nnodes: int = 1,
     backend: str = "auto",
     timeout: float | None = None,
+    guards: bool = True,
 ):
     """Drop-in for torch.multiprocessing.spawn: fn(rank, *args) on nprocs ranks (lesson 02).
 
@@ -349,11 +360,12 @@ def spawn(
     workers); either way no rank outlives the kernel. `start_method` may be any of
     multiprocessing's, 'spawn', 'fork' or 'forkserver', and each does the same here: the
     ranks are forked from the launcher's helper process, which never initialises CUDA, so
-    they are as fresh as spawned ones, and as quick to start as forked ones.
+    they are as fresh as spawned ones, and as quick to start as forked ones. `guards` as
+    for launch.
     """
     __tracebackhide__ = True
     global _background
-    options = Options.checked(nprocs, nnodes, backend, timeout)
+    options = Options.checked(nprocs, nnodes, backend, timeout, guards=guards)
     if start_method not in START_METHODS:
         raise ValueError(MESSAGES["bad_start_method"].format(value=start_method))
     work = Call(_pickle_call(_call_with_rank, (fn, tuple(args)), {}))

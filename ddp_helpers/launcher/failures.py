@@ -85,6 +85,18 @@ MESSAGES = messages(
             "[ddp_helpers] warning: rank {rank} {how} at exit, after it had returned its "
             "result; the result is kept. (gloo and DDP sometimes abort at interpreter exit.)"
         ),
+        "exit_unguarded": (
+            "[ddp_helpers] note: rank {rank} {how} at exit, after it had returned its result "
+            "(the result is kept). This happened in the rank's own interpreter exit, not in "
+            "the launcher: with guards off, a rank ends as under torchrun, running its atexit "
+            'handlers and destructors, and gloo can abort there ("terminate called without '
+            'an active exception"), most often when a process group was never destroyed '
+            "(lesson 04). Under torchrun or torch.multiprocessing.spawn this exit fails the job."
+        ),
+        "hung_at_exit": (
+            "rank {rank}: had returned its result, then hung at exit (guards off: in its "
+            "interpreter's own exit, which runs atexit handlers and destructors)"
+        ),
     },
 )
 
@@ -102,7 +114,8 @@ class RankFailure:
     stack: str | None = None  # its Python stack: where it crashed, or waited at a timeout
     at: float | None = None  # when it failed (CLOCK_MONOTONIC, in every process alike)
     stopped: bool = False  # the launcher stopped it after another rank had failed
-    finished: bool = False  # at a timeout: it had already returned its result
+    finished: bool = False  # at a timeout: it had already returned its result (and exited)
+    returned: bool = False  # at a timeout: it had returned its result, but not exited
 
     @property
     def signal(self) -> str | None:
@@ -217,6 +230,10 @@ def timeout_report(timeout: float, stacks: list[RankFailure]) -> tuple[str, str]
     for f in stacks:
         if f.finished:
             parts.append(MESSAGES["rank_finished"].format(rank=f.rank))
+        elif f.returned:
+            parts.append(
+                "\n".join(filter(None, [MESSAGES["hung_at_exit"].format(rank=f.rank), f.stack]))
+            )
         elif f.stack:
             parts.append(MESSAGES["stack_of"].format(rank=f.rank) + "\n" + f.stack)
         else:
@@ -436,6 +453,7 @@ class RunEnd:
     start_failure: StartFailed | None = None  # a rank the zygote could not fork
     launcher_died: bool = False
     protocol_error: str | None = None  # a message that could not be read
+    guards: bool = True  # the launch's guards (plan.Options.guards): off, ranks exit as scripts
 
 
 def run_error(end: RunEnd, relabel, render_stack, peer_text: bool = True, originals: bool = True):
@@ -479,6 +497,7 @@ def _timeout_error(end: RunEnd, render_stack) -> DistributedError:
             kind="timeout",
             stack=render_stack(r.stack) or None,
             finished=r.has_result and not r.stack,
+            returned=not end.guards and r.has_result and bool(r.stack),
         )
         for r in end.records
     ]
@@ -506,8 +525,10 @@ def interrupt_report(records: list[RankRecord], render_stack) -> str | None:
     return "\n\n".join([MESSAGES["interrupted_where"], *parts]) if parts else None
 
 
-def exit_quirks(records: list[RankRecord]) -> list[str]:
-    """A warning for each rank that returned its result, then crashed or failed at exit."""
+def exit_quirks(records: list[RankRecord], guards: bool = True) -> list[str]:
+    """A warning for each rank that returned its result, then crashed or failed at exit;
+    without `guards`, a note that says it was the rank's own interpreter exit."""
+    key = "exit_quirk" if guards else "exit_unguarded"
     warnings = []
     for record in records:
         if record.has_result and record.exitcode:
@@ -517,5 +538,5 @@ def exit_quirks(records: list[RankRecord]) -> list[str]:
                 if code < 0
                 else MESSAGES["quirk_code"].format(code=code)
             )
-            warnings.append(MESSAGES["exit_quirk"].format(rank=record.rank, how=how))
+            warnings.append(MESSAGES[key].format(rank=record.rank, how=how))
     return warnings

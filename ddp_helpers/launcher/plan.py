@@ -34,6 +34,7 @@ MESSAGES = messages(
             "every rank can have a GPU of its own and gloo otherwise."
         ),
         "bad_timeout": "timeout must be a number of seconds above 0, or None; got {value!r}.",
+        "bad_guards": "guards must be True or False; got {value!r}.",
         "nccl_no_gpus": (
             "backend='nccl' needs a GPU of its own for every rank: {nprocs} ranks were asked for "
             "but {gpus} GPU(s) were found. Use backend='gloo' (it runs on the CPU) or "
@@ -58,9 +59,14 @@ class Options:
     backend: str = "auto"
     timeout: float | None = None
     ordered: bool | None = None
+    # The launcher's three guards (docs/launcher.md, "Guards"): the init barrier, groups
+    # kept to the end, os._exit. False: each rank runs and ends as under torchrun.
+    guards: bool = True
 
     @classmethod
-    def checked(cls, nprocs=2, nnodes=1, backend="auto", timeout=None, ordered=None) -> Options:
+    def checked(
+        cls, nprocs=2, nnodes=1, backend="auto", timeout=None, ordered=None, guards=True
+    ) -> Options:
         """The options, or a ValueError that says what is wrong and what would work."""
         if not _whole(nprocs) or nprocs < 1:
             raise ValueError(MESSAGES["bad_nprocs"].format(value=nprocs))
@@ -77,7 +83,9 @@ class Options:
             isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0
         ):
             raise ValueError(MESSAGES["bad_timeout"].format(value=timeout))
-        return cls(nprocs, nnodes, backend, timeout, ordered)
+        if not isinstance(guards, bool):
+            raise ValueError(MESSAGES["bad_guards"].format(value=guards))
+        return cls(nprocs, nnodes, backend, timeout, ordered, guards)
 
     @property
     def per_node(self) -> int:
@@ -149,12 +157,17 @@ def zygote_environment(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def shared_environment(
-    environ: Mapping[str, str], nprocs: int, backend: str, cpus: int, loopback: str | None
+    environ: Mapping[str, str],
+    nprocs: int,
+    backend: str,
+    cpus: int,
+    loopback: str | None,
+    guards: bool = True,
 ) -> tuple[dict[str, str], int]:
     """The environment every rank of a run shares, and its thread count.
 
     `environ` is the kernel's, `cpus` the cores this process may use, `loopback` the name
-    of the loopback interface (None if unknown).
+    of the loopback interface (None if unknown), `guards` the launch's (Options.guards).
     """
     env = dict(environ)
     threads = env.get("OMP_NUM_THREADS", "")
@@ -167,8 +180,10 @@ def shared_environment(
     # init_process_group() returns on no rank before every rank has connected (torch's own
     # store barrier): without it, a rank that destroys the group at once can close its
     # sockets on a peer still connecting ("connectFullMesh ... closed by peer"). Rank 0,
-    # which serves the store the barrier uses, leaves last (rank.py's _leave_last).
-    env.setdefault("TORCH_DIST_INIT_BARRIER", "1")
+    # which serves the store the barrier uses, leaves last (rank.py's _leave_last). One of
+    # the guards: without them, only the user's own setting (as under torchrun).
+    if guards:
+        env.setdefault("TORCH_DIST_INIT_BARRIER", "1")
     # gloo and nccl open listening sockets of their own, by default on the address the
     # host name resolves to (reachable from the network): keep a one-machine run on
     # loopback unless the user chose an interface.

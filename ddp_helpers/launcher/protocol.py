@@ -71,6 +71,8 @@ class LaunchRequest:
     master_port: int  # the port of the listening socket rank 0 is given (0: the zygote binds one)
     compat: dict[str, Reason | None]  # the zygote's torch self-checks (torch_compat.check)
     daemon: bool = False  # spawn(daemon=True): ranks are daemonic, as multiprocessing's
+    # The launcher's guards (plan.Options.guards): groups kept, os._exit, rank 0 last.
+    guards: bool = True
 
 
 @dataclass(frozen=True)

@@ -88,6 +88,7 @@ def _setup_process(task: BecomeRank, fds: tuple[int, ...]) -> tuple:
     torch_compat.prepare_rank(
         req.compat,
         torch_compat.RankSetup(store_fd[0] if store_fd else None, req.master_port, req.nprocs),
+        req.guards,
     )
     main = types.ModuleType("__main__")
     main.__dict__["__builtins__"] = __builtins__
@@ -154,8 +155,11 @@ def _take_the_kernels_place(req: LaunchRequest, rank: int) -> None:
         multiprocessing.current_process().daemon = True
 
 
-def run_rank(task: BecomeRank, fds: tuple[int, ...]) -> None:
-    """Run one rank to completion in this (forked) process, then exit; never returns."""
+def run_rank(task: BecomeRank, fds: tuple[int, ...]) -> int:
+    """Run one rank to completion in this (forked) process, then exit with os._exit.
+
+    Only a launch without guards returns: its exit code, for the caller to end the process
+    as a script ends, through the interpreter's own exit (see _exit_unguarded)."""
     code = 70
     try:
         task = expect(task, BecomeRank, sender="the zygote")
@@ -168,6 +172,7 @@ def run_rank(task: BecomeRank, fds: tuple[int, ...]) -> None:
     cold = [
         name for name in torch_compat.warm_modules(task.request.compat) if name not in sys.modules
     ]
+    guarded = task.request.guards
     try:
         code = _run_user_code(task.request, ctl_fd, main)
     finally:
@@ -177,9 +182,12 @@ def run_rank(task: BecomeRank, fds: tuple[int, ...]) -> None:
         except Exception:
             pass
         _ask_for_the_warm_up(task.zygote, cold)
-        if task.rank == 0 and task.request.nprocs > 1:
+        if guarded and task.rank == 0 and task.request.nprocs > 1:
             _leave_last()
-        os._exit(code)
+        if guarded:
+            os._exit(code)
+    os.close(ctl_fd)  # the result (or error) is out: the run loop judges it before the exit
+    return code
 
 
 def _ask_for_the_warm_up(zygote: int, cold: list[str]) -> None:
@@ -235,9 +243,10 @@ def _run_user_code(req: LaunchRequest, ctl_fd: int, main: types.ModuleType) -> i
         write_message(ctl_fd, _error_message(exc, message))
         return 1
     write_message(ctl_fd, RankResult(payload))
-    # The caller ends the process with os._exit: no interpreter teardown runs, so gloo and
-    # DDP objects are never destroyed at exit, which is where their "terminate called
-    # without an active exception" abort comes from.
+    # With guards (the default) the caller ends the process with os._exit: no interpreter
+    # teardown runs, so gloo and DDP objects are never destroyed at exit, which is where
+    # their "terminate called without an active exception" abort comes from. Without, the
+    # interpreter's exit runs after this, with the result already sent.
     return 0
 
 

@@ -158,6 +158,7 @@ class Run:
             start_failure=self.start_failure if self.reason is Reason.START_FAILED else None,
             launcher_died=self.reason is Reason.LAUNCHER_DIED,
             protocol_error=self.protocol_error if self.reason is Reason.PROTOCOL else None,
+            guards=self.req.guards,
         )
 
     # -- start

@@ -251,9 +251,10 @@ class Zygote:
                     os.close(fd)
             from .rank import run_rank
 
-            run_rank(task, mine)
-        finally:
+            code = run_rank(task, mine)  # returns only for a launch without guards
+        except BaseException:
             os._exit(70)
+        _exit_unguarded(code)
 
     def signal(self, msg: Signal) -> None:
         for pid, (lid, _rank) in list(self.children.items()):
@@ -282,6 +283,21 @@ def _store_bound_here(req: LaunchRequest, fds: list[int]) -> LaunchRequest:
     fds.append(sock.detach())
     rank_env = [{**env, "MASTER_PORT": str(port)} for env in req.rank_env]
     return dataclasses.replace(req, master_port=port, rank_env=rank_env)
+
+
+def _exit_unguarded(code: int):
+    """End a rank of a launch without guards as a script's process ends: SystemExit, which
+    unwinds to the top of this forked process, then the interpreter's own exit (atexit
+    handlers, destructors: gloo's among them, and its abort at exit, as under torchrun).
+
+    What else that exit runs is harmless here: nothing on the way up catches SystemExit
+    (serve, launch and main have no `finally` and catch no BaseException), the zygote's
+    socket and wake-up pipe are closed in the child (_close_inherited), and the atexit
+    handlers the zygote's imports registered (logging, multiprocessing.util, torch's own)
+    are those of any process that imports torch: multiprocessing's finds no child, since
+    the zygote forks its ranks itself. tests/launcher/test_guards.py checks that the zygote
+    serves the next launch."""
+    raise SystemExit(code)
 
 
 def _kill_and_reap(pids: list[int]) -> None:

@@ -1,14 +1,21 @@
 """More claims of the lessons, about the process group, DDP and the sampler: the ones a
-few lines show, on gloo ranks (the course's launcher) or in this process. docs/claims.md
-names each claim's cell and its test here."""
+few lines show, on gloo ranks or in this process. Where the course's launcher could change
+what torch does (its store, its init barrier, its debug level, its kept groups), the ranks
+are plain processes (claims_support.plain_job, as torchrun starts them); the launcher runs
+only what its settings cannot touch: a collective's values, DDP's arithmetic, an error
+raised before anything connects (each such test is marked under_launcher, with why).
+docs/claims.md names each claim's cell and its test here."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import re
 import socket
 
 import pytest
+from claims_support import plain_job
 
 from ddp_helpers import DistributedError, launch
 
@@ -34,11 +41,16 @@ def _collectives() -> dict:
     }
 
 
+@pytest.mark.under_launcher(
+    "a collective's values; guards=False, so destroy_process_group() is torch's own; "
+    "one OpenMP thread and the loopback interface change no value"
+)
 def test_all_reduce_sums_all_gather_orders_broadcast_copies_and_destroy_ends_the_group():
     # 01-19, 02-14, 02-07: all_reduce sums by default and leaves the sum on every rank;
     # all_gather gives every rank every rank's tensor, in rank order; broadcast copies the
-    # source's; after destroy_process_group() there is no group.
-    for got in launch(_collectives, nprocs=3):
+    # source's; after destroy_process_group() there is no group. Without the launcher's
+    # guards (guards=False): destroy_process_group() is torch's own, and frees the group.
+    for got in launch(_collectives, nprocs=3, guards=False, timeout=60):
         assert got == {
             "sum": 6.0,
             "gathered": [0.0, 1.0, 2.0],
@@ -47,31 +59,68 @@ def test_all_reduce_sums_all_gather_orders_broadcast_copies_and_destroy_ends_the
         }
 
 
-def _who_listens_on_master_port() -> list:
-    """The env:// rendezvous, with the environment the launcher sets: which rank's process
-    listens on MASTER_PORT once the group exists."""
-    import os
+# Plain processes, as torchrun starts them (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT):
+# torch's own env:// rendezvous and store, no launcher between. Each rank writes what it
+# saw to OUT.RANK.
+ENV_RENDEZVOUS = """\
+import json
+import os
+import sys
 
-    import psutil
-    import torch.distributed as dist
+import psutil
+import torch.distributed as dist
+from torch.distributed import distributed_c10d as c10d
 
-    dist.init_process_group("gloo")  # no init_method: env://
-    port = int(os.environ["MASTER_PORT"])
-    listens = any(
-        c.laddr.port == port and c.status == psutil.CONN_LISTEN
-        for c in psutil.Process().net_connections("inet")
-    )
-    dist.barrier()
-    dist.destroy_process_group()
-    return [os.environ["MASTER_ADDR"], listens]
+dist.init_process_group()  # no init_method (env://), no backend
+port = int(os.environ["MASTER_PORT"])
+listens = any(
+    c.laddr.port == port and c.status == psutil.CONN_LISTEN
+    for c in psutil.Process().net_connections("inet")
+)
+seen = {
+    "master_addr": os.environ["MASTER_ADDR"],
+    "listens_on_master_port": listens,
+    "store_timeout_s": c10d._get_default_store().timeout.total_seconds(),
+    "get_backend": dist.get_backend(),
+    "backend_config": str(dist.get_backend_config()),
+}
+dist.barrier()
+dist.destroy_process_group()
+seen["initialized_after_destroy"] = dist.is_initialized()
+with open(f"{sys.argv[1]}.{os.environ['RANK']}", "w") as f:
+    json.dump(seen, f)
+"""
 
 
-def test_env_rendezvous_rank_zero_serves_the_store_the_others_connect():
-    # 01-05, 02-06: with no init_method, init_process_group reads the environment (env://),
-    # and rank 0 serves the store at MASTER_ADDR:MASTER_PORT (127.0.0.1 here).
-    assert list(launch(_who_listens_on_master_port, nprocs=2)) == [
-        ["127.0.0.1", True],
-        ["127.0.0.1", False],
+def _plain_ranks(tmp_path, script: str, nprocs: int = 2, limit: float = 60.0) -> tuple:
+    """(plain_job's outcome, what each rank wrote to OUT.RANK: None if nothing)."""
+    path, out = tmp_path / "job.py", tmp_path / "out"
+    path.write_text(script)
+    outcome = plain_job(path, nprocs=nprocs, limit=limit, args=(str(out),))
+    seen = []
+    for rank in range(nprocs):
+        written = out.with_name(f"out.{rank}")
+        seen.append(json.loads(written.read_text()) if written.exists() else None)
+    return outcome, seen
+
+
+def test_env_rendezvous_rank_zero_serves_the_store_the_others_connect(tmp_path):
+    # 01-05, 02-06, 02-29, 02-31: with no init_method, init_process_group reads the
+    # environment (env://): rank 0 serves the store at MASTER_ADDR:MASTER_PORT, the others
+    # connect to it; its timeout is 30 minutes for a bare init_process_group(), which takes
+    # gloo on a machine without an accelerator while get_backend() says "undefined".
+    outcome, seen = _plain_ranks(tmp_path, ENV_RENDEZVOUS)
+    assert outcome == "clean", outcome
+    common = {
+        "master_addr": "127.0.0.1",
+        "store_timeout_s": 1800.0,
+        "get_backend": "undefined",
+        "backend_config": "cpu:gloo",
+        "initialized_after_destroy": False,
+    }
+    assert seen == [
+        {**common, "listens_on_master_port": True},
+        {**common, "listens_on_master_port": False},
     ]
 
 
@@ -108,6 +157,10 @@ def _ddp_at_construction_and_backward() -> dict:
     }
 
 
+@pytest.mark.under_launcher(
+    "DDP decides its broadcast and its averaged gradients at construction and in backward; "
+    "the launcher acts at init's end and at exit"
+)
 def test_ddp_broadcasts_rank_zeros_parameters_and_buffers_then_averages_the_gradients():
     # 02-16, 03-10, 03-62, d84bc519: DDP(model) gives every rank rank 0's parameters and
     # buffers; backward() leaves each rank the mean of the ranks' gradients; the wrapper's
@@ -158,6 +211,9 @@ def _ddp_misuses() -> dict:
     return found
 
 
+@pytest.mark.under_launcher(
+    "each refusal is a check inside the call itself, raised before any exchange"
+)
 def test_ddp_and_the_group_refuse_what_the_lessons_say_they_refuse():
     # 03-05, 02-33, 03-43, 02-40, 04-e2, d84bc519: device_ids for a CPU module; a second
     # init_process_group; SyncBatchNorm on CPU under DDP; AVG of integers on gloo; an
@@ -184,6 +240,9 @@ def _shapes_differ() -> str:
     return "built"
 
 
+@pytest.mark.under_launcher(
+    "DDP's shape check runs in its constructor; the launcher acts at init's end and at exit"
+)
 def test_ddp_checks_at_construction_that_every_rank_has_the_same_shapes():
     # 03-85: a model whose parameters differ in shape across ranks fails at DDP(...).
     with pytest.raises(DistributedError) as caught:
@@ -213,73 +272,160 @@ def _after_wrapping_nothing_rechecks() -> bool:
     return torch.equal(weights[0], weights[1])
 
 
+@pytest.mark.under_launcher(
+    "what DDP does (or not) in forward and backward; the launcher acts at init's end and at exit"
+)
 def test_ddp_never_checks_again_that_the_ranks_weights_agree():
     # 03-10: after construction, a rank whose weights drift keeps them: no error, no fix.
     assert list(launch(_after_wrapping_nothing_rechecks, nprocs=2)) == [False, False]
 
 
-def _rank_one_never_arrives() -> str:
-    import os
-    import time
-    from datetime import timedelta
+# Rank 1 never calls init_process_group (busy until rank 0 has written what it saw);
+# rank 0's rendezvous, with a 2 s timeout, on torch's own store (which waits for workers).
+NEVER_ARRIVES = """\
+import json
+import os
+import sys
+import time
+from datetime import timedelta
 
-    import torch.distributed as dist
+import torch.distributed as dist
 
-    if os.environ["RANK"] == "1":
-        time.sleep(5)  # busy: never calls init_process_group
-        return "busy"
-    started = time.monotonic()
-    try:
-        dist.init_process_group("gloo", timeout=timedelta(seconds=2))
-        return "joined"
-    except Exception:  # noqa: BLE001 - that it fails, and when, is the finding
-        return f"failed after {round(time.monotonic() - started)} s"
+out = f"{sys.argv[1]}.{os.environ['RANK']}"
+if os.environ["RANK"] == "1":
+    until = time.monotonic() + 30
+    while not os.path.exists(f"{sys.argv[1]}.0") and time.monotonic() < until:
+        time.sleep(0.1)
+    os._exit(0)
+started = time.monotonic()
+try:
+    dist.init_process_group("gloo", timeout=timedelta(seconds=2))
+    said = "joined"
+except Exception:  # that it fails, and when, is the finding
+    said = time.monotonic() - started
+with open(out, "w") as f:
+    json.dump(said, f)
+os._exit(0)
+"""
 
 
-def test_a_rank_that_never_arrives_ends_the_rendezvous_at_the_timeout():
+def test_a_rank_that_never_arrives_ends_the_rendezvous_at_the_timeout(tmp_path):
     # 02-23: rank 0 waits at the rendezvous until its timeout (2 s here), then fails.
-    assert list(launch(_rank_one_never_arrives, nprocs=2, timeout=30)) == [
-        "failed after 2 s",
-        "busy",
-    ]
+    # Plain processes: torch's own store, no init barrier of the launcher's.
+    # Failed, after the timeout and well before twice it (torch's store looks again at
+    # intervals of its own, so not at 2.0 s sharp).
+    outcome, seen = _plain_ranks(tmp_path, NEVER_ARRIVES)
+    assert isinstance(seen[0], float) and 2.0 <= seen[0] < 4.0, (outcome, seen)
 
 
-def _mismatch_with_detail() -> str:
-    import torch
-    import torch.distributed as dist
+# TORCH_DISTRIBUTED_DEBUG=DETAIL set before torch is imported, as under torchrun. MODE
+# "mismatch": rank 0 all-reduces while rank 1 enters a barrier; "absent": rank 1 calls no
+# collective at all (busy until rank 0 is done). Rank 0 writes how long its collective
+# took and what it raised; the group's timeout is 4 s.
+DETAIL = """\
+import json
+import os
+import sys
+import time
+from datetime import timedelta
 
-    dist.init_process_group("gloo")
-    if dist.get_rank() == 0:
+os.environ["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
+import torch
+import torch.distributed as dist
+
+out, mode = sys.argv[1], sys.argv[2]
+rank = int(os.environ["RANK"])
+dist.init_process_group("gloo", timeout=timedelta(seconds=4))
+started = time.monotonic()
+try:
+    if rank == 0:
         dist.all_reduce(torch.ones(3))
-    else:
+    elif mode == "mismatch":
         dist.barrier()
-    return "no error"
+    else:
+        until = time.monotonic() + 30
+        while not os.path.exists(f"{out}.0") and time.monotonic() < until:
+            time.sleep(0.1)
+    said = "no error"
+except Exception as exc:  # which error, and when, is the finding
+    said = f"{type(exc).__name__}: {exc}"
+with open(f"{out}.{rank}", "w") as f:
+    json.dump({"seconds": time.monotonic() - started, "said": said}, f)
+os._exit(0)
+"""
 
 
-def test_detail_debug_names_a_collective_mismatch_at_once(monkeypatch):
-    # 02-25, 02-29: with TORCH_DISTRIBUTED_DEBUG=DETAIL (set before the ranks start), a rank
-    # calling another collective than its peers fails at once, naming the operations.
-    monkeypatch.setenv("TORCH_DISTRIBUTED_DEBUG", "DETAIL")
-    with pytest.raises(DistributedError) as caught:
-        launch(_mismatch_with_detail, nprocs=2, timeout=20)
-    assert caught.value.kind != "timeout"
-    text = caught.value.render()
-    assert "ALLREDUCE" in text and "BARRIER" in text
+def _detail_job(tmp_path, mode: str) -> dict:
+    path, out = tmp_path / f"{mode}.py", tmp_path / mode
+    path.write_text(DETAIL)
+    outcome = plain_job(path, limit=60, args=(str(out), mode))
+    written = out.with_name(f"{mode}.0")
+    assert written.exists(), outcome
+    return json.loads(written.read_text())
 
 
-def _automatic_backend() -> list:
-    import torch.distributed as dist
+def test_detail_debug_names_a_collective_mismatch_at_once(tmp_path):
+    # 02-25, 02-29: with TORCH_DISTRIBUTED_DEBUG=DETAIL (set before torch is imported), a
+    # rank calling another collective than its peers fails at once (well inside the group's
+    # 4 s timeout), naming each rank's operation. Plain processes, as under torchrun.
+    rank0 = _detail_job(tmp_path, "mismatch")
+    assert rank0["seconds"] < 3.0, rank0
+    said = rank0["said"]
+    assert said.startswith("RuntimeError: Detected mismatch between collectives"), rank0
+    # Each rank's operation (rank 1's barrier is a REDUCE inside gloo), rank 0's shape.
+    assert re.search(r"Rank 0 is running collective: .*OpType=ALLREDUCE, TensorShape=\[3\]", said)
+    assert re.search(r"but Rank 1 is running collective: .*OpType=\w+", said), said
 
-    dist.init_process_group()  # no backend, no accelerator here
-    found = [dist.get_backend(), dist.get_backend_config()]
-    dist.destroy_process_group()
-    return found
+
+def test_detail_debug_still_waits_for_a_rank_that_calls_no_collective_until_the_timeout(
+    tmp_path,
+):
+    # 02-25: DETAIL's check compares the collectives the ranks call; a rank that calls none
+    # leaves the others waiting until the group's timeout (4 s here), as without DETAIL.
+    rank0 = _detail_job(tmp_path, "absent")
+    assert rank0["said"] != "no error" and rank0["seconds"] >= 3.5, rank0
 
 
-def test_no_backend_on_a_cpu_machine_is_gloo_though_get_backend_says_undefined():
-    # 02-29, 02-31: init_process_group() with no backend takes gloo where there is no
-    # accelerator; dist.get_backend() then says "undefined".
-    assert launch(_automatic_backend, nprocs=2)[0] == ["undefined", "cpu:gloo"]
+# TORCH_DISTRIBUTED_DEBUG=INFO set before torch is imported, as under torchrun: a DDP
+# model whose aux_head gets no gradient, trained two steps without find_unused_parameters.
+INFO_UNUSED = """\
+import json
+import os
+import sys
+
+os.environ["TORCH_DISTRIBUTED_DEBUG"] = "INFO"
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+class WithAHead(torch.nn.Linear):  # Linear's forward: the head is never used
+    def __init__(self):
+        super().__init__(4, 4)
+        self.aux_head = torch.nn.Linear(4, 1)
+
+
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+model = DDP(WithAHead())
+try:
+    for _ in range(2):
+        model(torch.randn(2, 4)).sum().backward()
+    said = "trained"
+except RuntimeError as exc:
+    said = str(exc)
+with open(f"{sys.argv[1]}.{os.environ['RANK']}", "w") as f:
+    json.dump(said, f)
+os._exit(0)
+"""
+
+
+def test_debug_info_set_before_the_ranks_start_names_the_unused_parameter(tmp_path):
+    # 02-29: TORCH_DISTRIBUTED_DEBUG=INFO works with DDP (no crash, unlike DETAIL) and makes
+    # its error name the parameter that got no gradient. Plain processes, as under torchrun.
+    outcome, seen = _plain_ranks(tmp_path, INFO_UNUSED)
+    for said in seen:
+        assert said is not None and "aux_head.weight" in said, (outcome, said)
 
 
 @pytest.mark.parametrize("gpus", [1, 8])
@@ -313,6 +459,9 @@ def _nccl_here() -> str:
     return "initialised"
 
 
+@pytest.mark.under_launcher(
+    "raised inside init_process_group before anything connects (distributed_c10d.py:2181)"
+)
 def test_nccl_on_a_machine_without_a_gpu_is_refused_at_init_with_the_builds_reason():
     # 02-21: a CPU-only build of torch (the lock's) says NCCL is not built in; a CUDA build
     # on a machine without a GPU (make compat's builds, here) says a GPU is missing, in
@@ -433,6 +582,7 @@ def test_a_post_accumulate_grad_hook_sees_the_finished_gradient():
     assert len(seen) == 1 and torch.equal(seen[0], p.grad)
 
 
+@pytest.mark.under_launcher("SyncBatchNorm's refusal on CPU is a check in its forward")
 def test_sync_batchnorm_replaces_every_batchnorm_and_needs_a_gpu_to_train():
     # 03-43: convert_sync_batchnorm replaces each BatchNorm; with a group on CPU, a training
     # forward of SyncBatchNorm raises, an evaluation forward runs.
