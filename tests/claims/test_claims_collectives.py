@@ -29,6 +29,10 @@ def _average_on_gloo() -> list[float]:
     return t.tolist()
 
 
+@pytest.mark.under_launcher(
+    "a collective's values; the launcher acts at init's end and at exit, and one OpenMP "
+    "thread or the loopback interface change no value"
+)
 def test_gloo_averages_with_reduce_op_avg():
     # 02-14, 02-40: AVG works on gloo in the pinned torch (a sum, then a division), though
     # ReduceOp's docstring still says "only available with the NCCL backend".

@@ -167,6 +167,10 @@ def _ddp_built() -> str:
     return "built"
 
 
+@pytest.mark.under_launcher(
+    "the launcher is one of three starters it runs: torchrun and mp.spawn, with no "
+    "launcher, show the same crash"
+)
 def test_detail_debug_crashes_ddp_wherever_it_is_set_before_torch_reads_it(tmp_path, monkeypatch):
     # 02-29: TORCH_DISTRIBUTED_DEBUG=DETAIL with a DDP model on gloo: SIGSEGV under torchrun,
     # torch.multiprocessing.spawn and the course's launcher alike, when the variable is set

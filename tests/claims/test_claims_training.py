@@ -55,6 +55,11 @@ def _against_one_process(norm: str, steps: int = 20) -> dict:
     return {"diff": diff, "ranks_equal": ranks_equal}
 
 
+@pytest.mark.under_launcher(
+    "DDP's arithmetic in forward and backward, against one process in the same rank; the "
+    "launcher acts at init's end and at exit, and one OpenMP thread changes both sides "
+    "alike"
+)
 def test_ddp_trains_like_one_process_on_the_whole_batch_to_rounding():
     # 03-50, 03-52, 03-43: with a mean loss and equal, disjoint shares, DDP on 2 ranks
     # equals one process on the global batch to 1e-6 (sums in another order), the ranks
@@ -63,6 +68,11 @@ def test_ddp_trains_like_one_process_on_the_whole_batch_to_rounding():
         assert 0 < got["diff"] <= 1e-6 and got["ranks_equal"], got  # not bit for bit
 
 
+@pytest.mark.under_launcher(
+    "DDP's arithmetic in forward and backward, against one process in the same rank; the "
+    "launcher acts at init's end and at exit, and one OpenMP thread changes both sides "
+    "alike"
+)
 def test_batchnorm_under_ddp_normalises_with_each_ranks_own_batch():
     # 03-41: BatchNorm's statistics are the rank's B/N rows, not the global batch's, so
     # DDP's gradients are not one process's.
@@ -127,6 +137,11 @@ def _hooks_and_views() -> dict:
     return {"summed": torch.equal(grad, total), "views": views}
 
 
+@pytest.mark.under_launcher(
+    "DDP's arithmetic in forward and backward, against one process in the same rank; the "
+    "launcher acts at init's end and at exit, and one OpenMP thread changes both sides "
+    "alike"
+)
 def test_a_hook_replaces_ddps_averaging_and_bucket_views_hold_the_gradients():
     # 03-30, 03-85: with a communication hook DDP no longer divides (a hook that only sums
     # leaves the sum); with gradient_as_bucket_view=True, .grad is a view into its bucket.
@@ -232,6 +247,11 @@ def _precision_clipping_and_scaler() -> dict:
     }
 
 
+@pytest.mark.under_launcher(
+    "DDP's arithmetic in forward and backward, against one process in the same rank; the "
+    "launcher acts at init's end and at exit, and one OpenMP thread changes both sides "
+    "alike"
+)
 def test_autocast_keeps_float32_gradients_clipping_agrees_and_the_scaler_skips_inf():
     # 03-62, 03-64: under autocast parameters and their gradients stay float32 (what DDP
     # reduces); after DDP's backward every rank clips by the same norm; GradScaler.step
@@ -253,6 +273,9 @@ def _avg_in_float16() -> list:
     return [averaged.item(), divided_first.item()]
 
 
+@pytest.mark.under_launcher(
+    "a collective's values in float16; the launcher acts at init's end and at exit"
+)
 def test_gloo_avg_sums_first_so_float16_overflows_where_dividing_first_does_not():
     # 02-42: gloo's AVG is a sum and then a division; DDP divides before it sums, which
     # keeps a sum of low-precision gradients from overflowing (float16 holds up to 65504).
@@ -289,6 +312,10 @@ def _unused_found() -> str:
     return found
 
 
+@pytest.mark.under_launcher(
+    "the INFO message DDP raises in backward, and a run that trains; a plain-process test"
+    " beside it (test_claims_basics) shows the message too"
+)
 def test_debug_info_names_the_unused_parameter_and_find_unused_parameters_trains(monkeypatch):
     # 02-29, 03-39: with TORCH_DISTRIBUTED_DEBUG=INFO, DDP's error names the parameter that
     # got no gradient; with find_unused_parameters=True the model trains.
@@ -317,6 +344,10 @@ def _bucket_layouts_found_unused() -> list:
     return layouts
 
 
+@pytest.mark.under_launcher(
+    "DDP lays its buckets out at construction and in backward; the launcher acts at "
+    "init's end and at exit"
+)
 def test_with_find_unused_parameters_the_buckets_are_laid_out_at_wrapping_and_kept():
     # 03-34: with find_unused_parameters=True the buckets are laid out when DDP wraps the
     # model (several from the first step on) and never rebuilt.
