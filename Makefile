@@ -6,7 +6,7 @@ PORT ?= 8888
 HOST ?= 127.0.0.1
 STAMP := $(VENV)/.installed
 
-.PHONY: lab notebook test lint system-deps system-packages setup-and-packages bench bench-grade bench-checks bench-warm-up scaling soak restart-soak teardown-soak exit-soak ending-soak setup clean lock compat site
+.PHONY: lab notebook test lint system-deps system-packages setup-and-packages bench bench-grade bench-checks bench-warm-up scaling soak restart-soak teardown-soak teardown-plain-soak exit-soak ending-soak setup clean lock compat site
 
 setup: $(STAMP)
 
@@ -143,6 +143,9 @@ restart-soak: $(STAMP)
 
 teardown-soak: $(STAMP)
 	$(BIN)/python benchmarks/gloo_teardown.py --runs 200
+
+teardown-plain-soak: $(STAMP)
+	$(BIN)/python benchmarks/gloo_teardown_plain.py --runs 15
 
 ending-soak: $(STAMP)
 	$(BIN)/python benchmarks/export_ending.py --runs 60

@@ -170,7 +170,10 @@ def test_a_rank_killed_mid_training_is_restarted_by_torchrun_and_the_job_resumes
         ("0", "True", "0", "c10d", False),
         ("1", "False", "0", "c10d", False),
         ("1", "True", "1", "c10d", False),
-        ("1", "True", "0", "static", False),  # the variable changes nothing there
+        # Static (torchrun's default): its agent keeps one store for every start, whatever
+        # the variable says (lesson 04, benchmarks/torchrun_restart.py): warned all the same.
+        ("1", "True", "0", "static", True),
+        ("0", "True", "0", "static", False),  # no restart, nothing to warn about
     ],
 )
 def test_the_script_warns_when_a_restart_would_meet_on_the_failed_starts_store(
@@ -197,6 +200,7 @@ def test_the_script_warns_when_a_restart_would_meet_on_the_failed_starts_store(
     if warned:
         assert err.startswith("warning: torchrun may restart this job") and err.count("\n") == 1
         assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in err and "#167288" in err
+        assert ("--rdzv-backend c10d" in err) == (rendezvous == "static")
     else:
         assert err == ""
 

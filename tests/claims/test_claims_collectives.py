@@ -10,6 +10,13 @@ from claims_support import plain_job
 
 from ddp_helpers import DistributedError, launch
 
+# Tests under the course's launcher (`launch`) where its settings cannot change the result:
+# they act at init (a store barrier) and at exit (kept groups, os._exit), not between.
+UNDER_LAUNCHER = pytest.mark.under_launcher(
+    "a collective's own check, a default or a wait between init and the end; "
+    "the launcher acts at init (a barrier) and at exit"
+)
+
 
 def _average_on_gloo() -> list[float]:
     import torch
@@ -22,6 +29,10 @@ def _average_on_gloo() -> list[float]:
     return t.tolist()
 
 
+@pytest.mark.under_launcher(
+    "a collective's values; the launcher acts at init's end and at exit, and one OpenMP "
+    "thread or the loopback interface change no value"
+)
 def test_gloo_averages_with_reduce_op_avg():
     # 02-14, 02-40: AVG works on gloo in the pinned torch (a sum, then a division), though
     # ReduceOp's docstring still says "only available with the NCCL backend".
@@ -37,15 +48,17 @@ def _gather_unequal() -> None:
 
     dist.init_process_group("gloo")
     mine = torch.zeros(dist.get_rank() + 1)  # 1 value on rank 0, 2 on rank 1
-    dist.all_gather([torch.zeros_like(mine) for _ in range(2)], mine)
+    # Outputs sized as all_gather asks ("correctly-sized"): each rank's own size.
+    dist.all_gather([torch.zeros(rank + 1) for rank in range(2)], mine)
     dist.destroy_process_group()
 
 
+@UNDER_LAUNCHER
 def test_all_gather_of_unequal_sizes_fails_on_gloo():
-    # 04-50: all_gather takes one size on every rank (on gloo a rank raises or aborts and
-    # the others wait; nccl's takes other sizes through a broadcast path: a page row in
+    # 04-50: on gloo all_gather takes one size on every rank, even into outputs of each
+    # rank's size (nccl's takes other sizes through a broadcast path: a page row in
     # docs/claims.md).
-    with pytest.raises(DistributedError):
+    with pytest.raises(DistributedError, match="invalid tensor size"):
         launch(_gather_unequal, nprocs=2, timeout=10)
 
 
@@ -59,6 +72,7 @@ def _store_timeout(backend: str | None) -> float:
     return seconds
 
 
+@UNDER_LAUNCHER
 def test_the_default_timeout_is_thirty_minutes_and_set_before_the_backend_is_chosen():
     # 02-06: 30 minutes by default; a bare init_process_group() gets it as "undefined"
     # before the backend is picked (nccl's 10 minutes: a source row, no NCCL here).
@@ -116,6 +130,7 @@ def _mismatched() -> str:
     return "moved on"
 
 
+@UNDER_LAUNCHER
 def test_a_barrier_met_by_another_ranks_all_reduce_waits_until_stopped(monkeypatch):
     # 04-62: without TORCH_DISTRIBUTED_DEBUG=DETAIL, ranks in different collectives wait
     # (until the group's timeout; launch stops them after 3 s here).
@@ -174,6 +189,7 @@ assert t.item() == 2.0
 ABORT = "terminate called without an active exception"
 
 
+@pytest.mark.one_sided("a clean exit of the job that never destroys its group")
 def test_a_gloo_job_that_never_destroys_its_group_may_abort_at_exit_one_that_does_not(tmp_path):
     # d84bc519, 04-35: with its group never destroyed, a gloo rank either exits cleanly or
     # aborts as it exits, "terminate called without an active exception" (how often:
@@ -188,25 +204,32 @@ def test_a_gloo_job_that_never_destroys_its_group_may_abort_at_exit_one_that_doe
         assert plain_job(destroys) == "clean"
 
 
-def _on_the_named_interface() -> str:
-    import torch
-    import torch.distributed as dist
+# Plain processes (the launcher sets GLOO_SOCKET_IFNAME itself where it is unset).
+ON_THE_NAMED_INTERFACE = """\
+import sys
 
-    try:
-        dist.init_process_group("gloo")
-    except RuntimeError as exc:
-        return str(exc).splitlines()[-1]
-    t = torch.ones(1)
-    dist.all_reduce(t)
-    dist.destroy_process_group()
-    return f"summed {t.item()}"
+import torch
+import torch.distributed as dist
+
+try:
+    dist.init_process_group("gloo")
+except RuntimeError as exc:
+    said = str(exc)
+    sys.exit("init: " + ("names nosuch0" if "Unable to find address for: nosuch0" in said
+                         else said[-60:]))
+t = torch.ones(1)
+dist.all_reduce(t)
+assert t.item() == 2.0
+dist.destroy_process_group()
+"""
 
 
-def test_gloo_socket_ifname_names_the_network_interface_gloo_uses(monkeypatch):
+def test_gloo_socket_ifname_names_the_network_interface_gloo_uses(tmp_path, monkeypatch):
     # 04-34: GLOO_SOCKET_IFNAME picks gloo's network interface: loopback works here, an
     # interface this machine lacks fails at init, naming it (NCCL_SOCKET_IFNAME: a page).
+    script = tmp_path / "named.py"
+    script.write_text(ON_THE_NAMED_INTERFACE)
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
-    assert list(launch(_on_the_named_interface, nprocs=2, timeout=60)) == ["summed 2.0"] * 2
+    assert plain_job(script, 2, limit=60) == "clean"
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "nosuch0")  # one rank: no peer left waiting
-    said = launch(_on_the_named_interface, nprocs=1, timeout=60)[0]
-    assert "Unable to find address for: nosuch0" in said, said
+    assert plain_job(script, 1, limit=60) == "exit 1: init: names nosuch0"

@@ -165,3 +165,69 @@ def test_every_row_has_evidence_of_a_known_kind(capsys):
     assert not unbacked, "rows without evidence of a known kind:\n" + "\n".join(unbacked)
     with capsys.disabled():
         print(f"\ndocs/claims.md: {len(ROWS)} claims, each with its evidence")
+
+
+LAUNCHERS = {"launch", "launch_plain", "run_cell"}
+
+
+def _launching(tree: ast.Module) -> set[str]:
+    """The module-level functions of a test file that start ranks through the course's
+    launcher: calling launch(), launch_plain() or run_cell(), or a function of the file
+    that does."""
+    calls = {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            calls[node.name] = {
+                n.func.id if isinstance(n.func, ast.Name) else getattr(n.func, "attr", "")
+                for n in ast.walk(node)
+                if isinstance(n, ast.Call)
+            }
+    found = {name for name, called in calls.items() if called & LAUNCHERS}
+    while True:
+        more = {name for name, called in calls.items() if called & found} - found
+        if not more:
+            return found
+        found |= more
+
+
+def _reason(node: ast.AST) -> str:
+    """The text of an under_launcher("why") mark, or ""."""
+    if (
+        isinstance(node, ast.Call)
+        and getattr(node.func, "attr", "") == "under_launcher"
+        and node.args
+        and isinstance(node.args[0], ast.Constant | ast.JoinedStr)
+    ):
+        return ast.unparse(node.args[0]).strip("'\"")
+    return ""
+
+
+def test_a_claims_test_run_under_the_launcher_says_why_its_settings_cannot_matter():
+    """A test of torch's behaviour that runs under the course's launcher (its init barrier,
+    kept groups, os._exit, one OpenMP thread, the loopback interface) carries
+    @pytest.mark.under_launcher("why none of that changes what it asserts"); one that
+    cannot say so runs in plain processes (claims_support.plain_job) or under torchrun."""
+    wrong = []
+    for path in sorted((ROOT / "tests" / "claims").glob("test_claims_*.py")):
+        tree = ast.parse(path.read_text())
+        launching = _launching(tree)
+        named = {  # UNDER_LAUNCHER = pytest.mark.under_launcher("why"), used as @UNDER_LAUNCHER
+            target.id: _reason(node.value)
+            for node in tree.body
+            if isinstance(node, ast.Assign)
+            for target in node.targets
+            if isinstance(target, ast.Name) and _reason(node.value)
+        }
+        for node in tree.body:
+            if not (isinstance(node, ast.FunctionDef) and node.name.startswith("test_")):
+                continue
+            reasons = [
+                named.get(d.id, "") if isinstance(d, ast.Name) else _reason(d)
+                for d in node.decorator_list
+            ]
+            uses = node.name in launching
+            if uses and not any(reasons):
+                wrong.append(f"{path.name}::{node.name} runs under the launcher, unmarked")
+            elif any(reasons) and not uses:
+                wrong.append(f"{path.name}::{node.name} is marked under_launcher but is not")
+    assert not wrong, "\n".join(wrong)

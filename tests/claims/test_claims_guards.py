@@ -4,6 +4,8 @@ docs/claims.md names each claim's cell and its test here."""
 
 from __future__ import annotations
 
+import pytest
+
 from ddp_helpers import launch
 
 
@@ -29,6 +31,7 @@ def _what_the_rank_sees(marker: str) -> dict:
     }
 
 
+@pytest.mark.under_launcher("what it asserts is the launcher's own guards, on and off")
 def test_the_guards_set_the_init_barrier_keep_destroyed_groups_and_skip_the_exit(
     tmp_path, monkeypatch
 ):
@@ -74,6 +77,7 @@ def _is_rank_zero_still_there() -> bool | None:
     return True
 
 
+@pytest.mark.under_launcher("what it asserts is the launcher's own guards, on and off")
 def test_with_its_guards_rank_zero_leaves_last_without_them_as_soon_as_it_is_done():
     # 01-28: rank 0, which serves the store, exits only once every other rank has (with the
     # guards); guards=False, it exits as soon as it has returned, as under mp.spawn.

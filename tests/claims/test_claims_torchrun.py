@@ -99,6 +99,19 @@ def test_c10d_rendezvous_shares_its_store_unless_told_not_to(tmp_path):
     ]
 
 
+def test_static_rendezvous_shares_its_store_whatever_the_variable_says(tmp_path):
+    # 04-34: the variable acts under c10d only; under the static rendezvous (torchrun's
+    # default) the agent's store is shared with the ranks all the same (rank 0 serves
+    # none), the store its handler keeps for every start.
+    port = _free_port()
+    args = ["--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", str(port)]
+    run = _torchrun(tmp_path, args, TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
+    ranks = _ranks(run, tmp_path)
+    assert [(r["agent_store"], r["rank_serves_store"], r["port"]) for r in ranks] == [
+        ("True", False, port)
+    ]
+
+
 DDP_BUILT = textwrap.dedent(
     """\
     import os
@@ -154,6 +167,10 @@ def _ddp_built() -> str:
     return "built"
 
 
+@pytest.mark.under_launcher(
+    "the launcher is one of three starters it runs: torchrun and mp.spawn, with no "
+    "launcher, show the same crash"
+)
 def test_detail_debug_crashes_ddp_wherever_it_is_set_before_torch_reads_it(tmp_path, monkeypatch):
     # 02-29: TORCH_DISTRIBUTED_DEBUG=DETAIL with a DDP model on gloo: SIGSEGV under torchrun,
     # torch.multiprocessing.spawn and the course's launcher alike, when the variable is set

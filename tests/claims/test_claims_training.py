@@ -9,6 +9,13 @@ from claims_support import same_on_every_rank
 
 from ddp_helpers import DistributedError, launch
 
+# Tests under the course's launcher (`launch`) where its settings cannot change the result:
+# they act at init (a store barrier) and at exit (kept groups, os._exit), not between.
+UNDER_LAUNCHER = pytest.mark.under_launcher(
+    "DDP decides it inside forward/backward (a hang: until launch's timeout); "
+    "the launcher acts at init and exit"
+)
+
 
 def _against_one_process(norm: str, steps: int = 20) -> dict:
     """2 ranks of 4 rows each against one process on the 8 rows, a mean loss, SGD; rank
@@ -48,6 +55,11 @@ def _against_one_process(norm: str, steps: int = 20) -> dict:
     return {"diff": diff, "ranks_equal": ranks_equal}
 
 
+@pytest.mark.under_launcher(
+    "DDP's arithmetic in forward and backward, against one process in the same rank; the "
+    "launcher acts at init's end and at exit, and one OpenMP thread changes both sides "
+    "alike"
+)
 def test_ddp_trains_like_one_process_on_the_whole_batch_to_rounding():
     # 03-50, 03-52, 03-43: with a mean loss and equal, disjoint shares, DDP on 2 ranks
     # equals one process on the global batch to 1e-6 (sums in another order), the ranks
@@ -56,6 +68,11 @@ def test_ddp_trains_like_one_process_on_the_whole_batch_to_rounding():
         assert 0 < got["diff"] <= 1e-6 and got["ranks_equal"], got  # not bit for bit
 
 
+@pytest.mark.under_launcher(
+    "DDP's arithmetic in forward and backward, against one process in the same rank; the "
+    "launcher acts at init's end and at exit, and one OpenMP thread changes both sides "
+    "alike"
+)
 def test_batchnorm_under_ddp_normalises_with_each_ranks_own_batch():
     # 03-41: BatchNorm's statistics are the rank's B/N rows, not the global batch's, so
     # DDP's gradients are not one process's.
@@ -120,6 +137,11 @@ def _hooks_and_views() -> dict:
     return {"summed": torch.equal(grad, total), "views": views}
 
 
+@pytest.mark.under_launcher(
+    "DDP's arithmetic in forward and backward, against one process in the same rank; the "
+    "launcher acts at init's end and at exit, and one OpenMP thread changes both sides "
+    "alike"
+)
 def test_a_hook_replaces_ddps_averaging_and_bucket_views_hold_the_gradients():
     # 03-30, 03-85: with a communication hook DDP no longer divides (a hook that only sums
     # leaves the sum); with gradient_as_bucket_view=True, .grad is a view into its bucket.
@@ -152,6 +174,7 @@ def _buffers_after_no_sync() -> list[bool]:
     return found
 
 
+@UNDER_LAUNCHER
 def test_a_forward_inside_no_sync_counts_as_one_without_gradients_for_buffers():
     # 03-37: after a forward inside no_sync(), the next forward broadcasts no buffers.
     assert launch(_buffers_after_no_sync, nprocs=2)[0] == [False, False]
@@ -178,6 +201,7 @@ def _buffers_at_wrapping(option: str) -> dict:
     }
 
 
+@UNDER_LAUNCHER
 def test_broadcast_buffers_false_is_deprecated_and_skips_the_buffers_at_wrapping_too():
     # 03-18: broadcast_buffers=False (deprecated in 2.13: a FutureWarning) skips the
     # buffers at wrapping as well; forward_sync_buffers=False still syncs them there.
@@ -223,6 +247,11 @@ def _precision_clipping_and_scaler() -> dict:
     }
 
 
+@pytest.mark.under_launcher(
+    "DDP's arithmetic in forward and backward, against one process in the same rank; the "
+    "launcher acts at init's end and at exit, and one OpenMP thread changes both sides "
+    "alike"
+)
 def test_autocast_keeps_float32_gradients_clipping_agrees_and_the_scaler_skips_inf():
     # 03-62, 03-64: under autocast parameters and their gradients stay float32 (what DDP
     # reduces); after DDP's backward every rank clips by the same norm; GradScaler.step
@@ -244,6 +273,9 @@ def _avg_in_float16() -> list:
     return [averaged.item(), divided_first.item()]
 
 
+@pytest.mark.under_launcher(
+    "a collective's values in float16; the launcher acts at init's end and at exit"
+)
 def test_gloo_avg_sums_first_so_float16_overflows_where_dividing_first_does_not():
     # 02-42: gloo's AVG is a sum and then a division; DDP divides before it sums, which
     # keeps a sum of low-precision gradients from overflowing (float16 holds up to 65504).
@@ -280,6 +312,10 @@ def _unused_found() -> str:
     return found
 
 
+@pytest.mark.under_launcher(
+    "the INFO message DDP raises in backward, and a run that trains; a plain-process test"
+    " beside it (test_claims_basics) shows the message too"
+)
 def test_debug_info_names_the_unused_parameter_and_find_unused_parameters_trains(monkeypatch):
     # 02-29, 03-39: with TORCH_DISTRIBUTED_DEBUG=INFO, DDP's error names the parameter that
     # got no gradient; with find_unused_parameters=True the model trains.
@@ -308,6 +344,10 @@ def _bucket_layouts_found_unused() -> list:
     return layouts
 
 
+@pytest.mark.under_launcher(
+    "DDP lays its buckets out at construction and in backward; the launcher acts at "
+    "init's end and at exit"
+)
 def test_with_find_unused_parameters_the_buckets_are_laid_out_at_wrapping_and_kept():
     # 03-34: with find_unused_parameters=True the buckets are laid out when DDP wraps the
     # model (several from the first step on) and never rebuilt.
@@ -346,6 +386,7 @@ def _uneven_steps(join: bool):
     return same, [round(m, 5) for m in moved]
 
 
+@UNDER_LAUNCHER
 def test_uneven_batches_hang_and_join_lets_every_rank_finish_with_the_same_model():
     # 04-e6, 04-e8: the rank with one batch more waits in its all-reduce for ranks that have
     # moved on; under Join the others shadow its all-reduces (zero gradients, still divided
@@ -374,6 +415,7 @@ def _evaluate_on_rank_zero(module: bool) -> str:
     return "done"
 
 
+@UNDER_LAUNCHER
 def test_rank_zero_alone_evaluating_the_ddp_model_after_training_hangs_its_module_does_not():
     # 04-30, 04-32: rank 0's first evaluation forward broadcasts its buffers, and waits there
     # for ranks already at the barrier; model.module runs no collective.
@@ -381,3 +423,52 @@ def test_rank_zero_alone_evaluating_the_ddp_model_after_training_hangs_its_modul
         launch(_evaluate_on_rank_zero, False, nprocs=2, timeout=4)
     assert caught.value.kind == "timeout"
     assert list(launch(_evaluate_on_rank_zero, True, nprocs=2, timeout=60)) == ["done", "done"]
+
+
+def test_no_grad_keeps_no_activations_for_a_backward():
+    # 04-07: what torch.no_grad() saves in an evaluation is the autograd graph: a forward
+    # under it keeps none of the tensors a backward would need; with gradients it does.
+    import torch
+
+    net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+
+    def kept_by_a_forward(grad: bool) -> int:
+        kept = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(t) or t, lambda t: t):
+            with torch.set_grad_enabled(grad):
+                net(torch.randn(4, 8))
+        return len(kept)
+
+    assert kept_by_a_forward(False) == 0 < kept_by_a_forward(True)
+
+
+def test_a_resume_without_the_optimizers_state_steps_differently():
+    # 04-14: SGD with momentum, resumed after 2 steps: with optimizer.state_dict() restored
+    # the third step is the uninterrupted run's; with a fresh optimizer it differs.
+    import copy
+
+    import torch
+
+    torch.manual_seed(0)
+    x, y = torch.randn(8, 3), torch.randn(8, 1)
+
+    def step(net, opt):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(net(x), y).backward()
+        opt.step()
+
+    net = torch.nn.Linear(3, 1)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    for _ in range(2):
+        step(net, opt)
+    saved = copy.deepcopy({"model": net.state_dict(), "optimizer": opt.state_dict()})
+    step(net, opt)
+    third = net.weight.detach().clone()
+    for restore in (True, False):
+        again = torch.nn.Linear(3, 1)
+        again.load_state_dict(saved["model"])
+        opt = torch.optim.SGD(again.parameters(), lr=0.1, momentum=0.9)
+        if restore:
+            opt.load_state_dict(saved["optimizer"])
+        step(again, opt)
+        assert torch.equal(again.weight.detach(), third) == restore
