@@ -105,7 +105,7 @@ def _plain_ranks(tmp_path, script: str, nprocs: int = 2, limit: float = 60.0) ->
 
 
 def test_env_rendezvous_rank_zero_serves_the_store_the_others_connect(tmp_path):
-    # 01-05, 02-06, 02-29, 02-31: with no init_method, init_process_group reads the
+    # 01-05, 02-06, 02-23, 02-29, 02-31: with no init_method, init_process_group reads the
     # environment (env://): rank 0 serves the store at MASTER_ADDR:MASTER_PORT, the others
     # connect to it; its timeout is 30 minutes for a bare init_process_group(), which takes
     # gloo on a machine without an accelerator while get_backend() says "undefined".
@@ -616,7 +616,7 @@ def _sync_batchnorm_forwards() -> list:
 
 
 def test_cuda_visible_devices_is_what_a_rank_counts_its_gpus_from():
-    # 02-03: a scheduler that gives each task one GPU (CUDA_VISIBLE_DEVICES=3 for this task)
+    # 02-43: a scheduler that gives each task one GPU (CUDA_VISIBLE_DEVICES=3 for this task)
     # leaves torch one device to count, whatever the machine holds.
     import subprocess
     import sys

@@ -74,7 +74,7 @@ def _store_timeout(backend: str | None) -> float:
 
 @UNDER_LAUNCHER
 def test_the_default_timeout_is_thirty_minutes_and_set_before_the_backend_is_chosen():
-    # 02-06: 30 minutes by default; a bare init_process_group() gets it as "undefined"
+    # 02-23: 30 minutes by default; a bare init_process_group() gets it as "undefined"
     # before the backend is picked (nccl's 10 minutes: a source row, no NCCL here).
     from torch.distributed import Backend
     from torch.distributed.distributed_c10d import _get_default_timeout
