@@ -1,4 +1,5 @@
-"""The README's `make lab`, started for a test on a free loopback port and stopped after."""
+"""The README's `make lab`, started for a test on a free loopback port and stopped after; and
+`jupyter lab` or `jupyter notebook` with a config folder of the test's choosing."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import psutil
 
@@ -58,3 +61,38 @@ def make_lab(token: str, target: str = "lab", **env):
         proc.wait(timeout=60)
         _, alive = psutil.wait_procs(family, timeout=20)
         assert not alive, f"left running after `make {target}` stopped: {alive}"
+
+
+@contextlib.contextmanager
+def jupyter_server(app: str, root, config, token: str):
+    """`jupyter lab` or `jupyter notebook` (this environment's) serving root, with config as
+    its only config folder (JUPYTER_CONFIG_PATH, as `make lab` passes jupyter/), headless on
+    a free loopback port; yields its base address, and leaves nothing running."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER")}
+    env.update(JUPYTER_CONFIG_PATH=str(config), JUPYTER_TOKEN=token)
+    env.pop("DISPLAY", None)
+    proc = subprocess.Popen(
+        [Path(sys.executable).parent / "jupyter", app, "--no-browser", "--allow-root",
+         f"--ServerApp.port={port}", "--ServerApp.port_retries=0", "--ServerApp.ip=127.0.0.1",
+         f"--ServerApp.root_dir={root}"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(240):
+            try:
+                urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2).close()
+                break
+            except OSError:
+                assert proc.poll() is None, proc.stdout.read().decode()
+                time.sleep(0.5)
+        else:
+            raise AssertionError(f"jupyter {app} did not start in 120 s")
+        yield base
+    finally:
+        family = psutil.Process(proc.pid).children(recursive=True)
+        proc.terminate()
+        proc.wait(timeout=30)
+        _, alive = psutil.wait_procs(family, timeout=10)
+        assert not alive, alive

@@ -26,8 +26,7 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
-import psutil
-from lab_server import free_port
+from lab_server import jupyter_server
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
@@ -209,36 +208,9 @@ def _fresh_venv(path: Path) -> Path:
     return python
 
 
-@contextlib.contextmanager
 def _notebook_server(root: Path, config: Path, token: str):
     """`jupyter notebook` (this environment's) reading config as one of its config folders."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER")}
-    env.update(JUPYTER_CONFIG_PATH=str(config), JUPYTER_TOKEN=token)
-    proc = subprocess.Popen(
-        [Path(sys.executable).parent / "jupyter", "notebook", "--no-browser", "--allow-root",
-         f"--ServerApp.port={port}", "--ServerApp.port_retries=0", "--ServerApp.ip=127.0.0.1",
-         f"--ServerApp.root_dir={root}"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
-    base = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(240):
-            try:
-                urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2).close()
-                break
-            except OSError:
-                assert proc.poll() is None, proc.stdout.read().decode()
-                threading.Event().wait(0.5)
-        else:
-            raise AssertionError("jupyter notebook did not start in 120 s")
-        yield base
-    finally:
-        family = psutil.Process(proc.pid).children(recursive=True)
-        proc.terminate()
-        proc.wait(timeout=30)
-        _, alive = psutil.wait_procs(family, timeout=10)
-        assert not alive, alive
+    return jupyter_server("notebook", root, config, token)
 
 
 def test_postbuild_installs_the_package_in_place_and_the_courses_settings(tmp_path):

@@ -4,8 +4,11 @@ Each page is a lesson as `build` wrote it for the learner (stubs where the answe
 `solution-only` cells) with the solution's stored outputs, so that a reader sees what every
 cell prints, a check's "correct" included, and no answer. Nothing is executed. Sphinx with
 MyST-NB and sphinx-book-theme (the engine of Jupyter Book 1) renders it offline; its
-configuration is `site/conf.py`. The built pages are then checked: every internal link
-resolves and no line of a reference answer appears anywhere in them.
+configuration is `site/conf.py`. After the lessons comes the course's last page,
+lessons/recipe.md (and each translation's): the recipe as a script beside it, and the classic
+bugs, each linked to the lesson cell that shows it. The built pages are then checked: every
+internal link resolves and no line of a reference answer appears anywhere in them (the last
+page excepted for the answers that are the recipe's own steps: `RECIPE_SHOWS`).
 """
 
 from __future__ import annotations
@@ -94,15 +97,43 @@ def course_lexer():
 ANCHOR_LINE = re.compile(r'^<a id="(further-[\w-]+)"></a>$', re.M)
 
 
-def site_notebook(solution, lesson):
+# The course's last page, beside the lessons in each edition's folder, and its script.
+RECIPE, RECIPE_SCRIPT = "recipe.md", "ddp_recipe.py"
+# A link to a lesson's cell as JupyterLab follows it: the fragment `cell-id=` opens the
+# notebook at that cell. On the site, the cell's page carries an anchor of that name.
+CELL_LINK = re.compile(
+    r"\[(?P<text>[^\]]+)\]\((?P<notebook>\d\d_\w+)\.ipynb#cell-id=(?P<cell>[\w-]+)\)"
+)
+# The exercises whose answers are the recipe's steps (pick the backend, setup, cleanup, wrap,
+# the loader, the capstone): the last page shows them, as the capstone's own answer would.
+# Any other exercise's answer there is a leak, as on every page.
+RECIPE_SHOWS = frozenset({"2.1", "2.2", "2.3", "3.1", "4.1", "4.2"})
+
+
+def cell_links(text: str) -> list[tuple[str, str]]:
+    """The (notebook, cell id) of each link of a page to a lesson's cell."""
+    return [(f"{m['notebook']}.ipynb", m["cell"]) for m in CELL_LINK.finditer(text)]
+
+
+def site_recipe(text: str) -> str:
+    """The last page as Sphinx reads it: each link to a lesson's cell made a plain HTML link
+    to that cell's anchor on the lesson's page (MyST would look for a heading there)."""
+    return CELL_LINK.sub(
+        lambda m: f'<a href="{m["notebook"]}.html#cell-id={m["cell"]}">{m["text"]}</a>', text
+    )
+
+
+def site_notebook(solution, lesson, anchors=frozenset()):
     """A page: the lesson's cells, each with the output that the same cell of the solution
-    stored.
+    stored; before each cell whose id is in `anchors`, an anchor `cell-id=ID` to link to.
 
     A cell is the same when its id and its source are: a cell that held an answer has the
     stub in the lesson and keeps no output, since what the answer printed could give it
     away. A check's output stays: it shows what a right answer prints, and no code.
     """
     import copy
+
+    from ..nbformat_quick import nbformat as _nbformat
 
     page = copy.deepcopy(lesson)
     solved = {c.get("id"): c for c in solution.cells if c.cell_type == "code" and c.get("id")}
@@ -118,6 +149,12 @@ def site_notebook(solution, lesson):
         if cell.cell_type == "code" and source is not None and cell.source == source.source:
             cell.outputs = copy.deepcopy(source.outputs)
             cell.execution_count = source.execution_count
+    for index in reversed(range(len(page.cells))):
+        cell_id = page.cells[index].get("id")
+        if cell_id in anchors:
+            anchor = _nbformat().v4.new_markdown_cell(f'<a id="cell-id={cell_id}"></a>')
+            anchor["id"] = f"{cell_id}-site-anchor"
+            page.cells.insert(index, anchor)
     return page
 
 
@@ -156,8 +193,9 @@ def _with_switch(page, lang: str, name: str, languages: list[str]):
 
 
 def write_sources(root: Path, src: Path) -> list[str]:
-    """Sphinx's source folder: site/index.md and a page per lesson; for each translation,
-    site/<lang>/index.md and its pages under <lang>/, each page with a language switch."""
+    """Sphinx's source folder: site/index.md, a page per lesson and the last page with its
+    script; for each translation, site/<lang>/index.md and its pages under <lang>/, each
+    lesson's page with a language switch (the last page has its own)."""
     from ..nbformat_quick import nbformat as _nbformat
 
     nbformat = _nbformat()
@@ -170,12 +208,17 @@ def write_sources(root: Path, src: Path) -> list[str]:
         sub = _folder(lang)
         (src / sub).mkdir(exist_ok=True)
         shutil.copy(root / "site" / sub / "index.md", src / sub / "index.md")
+        recipe = (root / "lessons" / sub / RECIPE).read_text(encoding="utf-8")
+        (src / sub / RECIPE).write_text(site_recipe(recipe), encoding="utf-8")
+        shutil.copy(root / "lessons" / sub / RECIPE_SCRIPT, src / sub / RECIPE_SCRIPT)
+        links = cell_links(recipe)
         for path in _solutions(root / "solutions" / sub):
             lesson = root / "lessons" / sub / path.name
             if not lesson.is_file():
                 raise SiteError(AUTHOR_TEXT["no_lesson"].format(name=sub + path.name))
             read = [nbformat.read(p, as_version=4) for p in (path, lesson)]
-            page = _with_switch(site_notebook(*read), lang, path.name, languages)
+            anchors = {cell for notebook, cell in links if notebook == path.name}
+            page = _with_switch(site_notebook(*read, anchors), lang, path.name, languages)
             nbformat.write(page, src / sub / path.name)
             names.append(sub + path.name)
     return names
@@ -368,6 +411,8 @@ def leaked_answers(html_dir: Path, lines: dict[str, set[str]]) -> list[str]:
             continue
         text = _page_text(path)
         for key, telling in sorted(lines.items()):
+            if path.name == RECIPE.replace(".md", ".html") and key in RECIPE_SHOWS:
+                continue  # the last page shows the recipe: these answers are its steps
             for line in sorted(telling):
                 if line in text:
                     page = path.relative_to(html_dir)

@@ -16,10 +16,13 @@ from browser import browser
 from ddp_helpers.authoring.build import make_lesson
 from ddp_helpers.authoring.links import repository
 from ddp_helpers.authoring.website import (
+    RECIPE,
+    RECIPE_SHOWS,
     SiteError,
     answer_lines,
     broken_links,
     build_site,
+    cell_links,
     leaked_answers,
     site_notebook,
 )
@@ -234,3 +237,40 @@ def test_the_japanese_edition_has_its_pages_outputs_and_a_language_switch_each_w
     plain = re.sub(r"<[^>]+>", "", (html_dir / "ja" / _page("01")).read_text())
     assert "✅ 演習 1.2: 正解です" in plain  # the Japanese stored outputs
     assert 'raise NotImplementedError("exercise 1.2")' in plain.replace("&quot;", '"')
+
+
+def test_the_last_page_follows_the_lessons_in_both_editions_and_links_to_their_cells(site):
+    """lessons/recipe.md (and ja/) after lesson 04 in each edition's contents; each of its
+    links to a lesson's cell points at that cell's anchor (the link check finds the anchor)."""
+    html_dir, _ = site
+    for folder in ("", "ja/"):
+        index = (html_dir / folder / "index.html").read_text()
+        assert index.index('href="recipe.html"') > index.index(f'href="{_page("04")}"')
+        text = (html_dir / folder / "recipe.html").read_text()
+        links = cell_links((ROOT / "lessons" / folder / RECIPE).read_text())
+        assert links
+        for notebook, cell in links:
+            assert f'href="{notebook.replace(".ipynb", ".html")}#cell-id={cell}"' in text
+            page = (html_dir / folder / notebook.replace(".ipynb", ".html")).read_text()
+            assert f'id="cell-id={cell}"' in page
+        assert re.search(r'href="[^"]*_downloads/[^"]+/ddp_recipe\.py"', text)
+
+
+def test_the_last_page_may_show_the_recipes_own_answers_and_no_other(site, tmp_path):
+    """The recipe's steps are the answers of RECIPE_SHOWS; any other exercise's answer
+    leaked into the last page is found, as on every page."""
+    from pygments import highlight
+    from pygments.formatters import HtmlFormatter
+    from pygments.lexers import PythonLexer
+
+    html_dir, _ = site
+    lines = answer_lines()
+    page = (html_dir / "recipe.html").read_text()
+    for lesson in LESSONS:
+        for ex in exercises_of(lesson):
+            if ex.id in RECIPE_SHOWS | SHOWN_BY_THE_LESSONS or not lines[ex.id]:
+                continue
+            leak = highlight(ex.solution_source(), PythonLexer(), HtmlFormatter())
+            (tmp_path / "recipe.html").write_text(page.replace("</article>", leak + "</article>"))
+            found = leaked_answers(tmp_path, lines)
+            assert any(f"exercise {ex.id} shows" in f for f in found), ex.id
