@@ -74,13 +74,15 @@ class Regions:
 
 
 ERROR = "NotImplementedError"  # the type of what a stub raises
-_MESSAGE = r"exercise (\d+\.\d+)"
+# The stub's words are its notebook's language ("演習 1.2" in the Japanese edition).
+STUB_WORD = {"en": "exercise", "ja": "演習"}
+_MESSAGE = rf"(?:{'|'.join(STUB_WORD.values())}) (\d+\.\d+)"
 _LINE = re.compile(rf'\s*raise {ERROR}\("{_MESSAGE}"\)\s*')
 
 
-def stub_line(exercise: str, indent: str = "") -> str:
+def stub_line(exercise: str, indent: str = "", lang: str = "en") -> str:
     """The line in place of an answer: `raise NotImplementedError("exercise 1.2")`."""
-    return f'{indent}raise {ERROR}("exercise {exercise}")'
+    return f'{indent}raise {ERROR}("{STUB_WORD[lang]} {exercise}")'
 
 
 def exercise_raised(error: str, message: str) -> str | None:

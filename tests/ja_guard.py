@@ -2,7 +2,23 @@
 
 Used on every stored output of the Japanese solutions, every catalog message, every
 translated markdown cell (tests/test_i18n.py) and every message a check gives a wrong answer
-in Japanese, its fields filled from the real run (tests/exercises/test_answers.py).
+in Japanese, its fields filled from the real run (tests/exercises/test_answers.py); and on
+the Japanese notebooks' code: its comments and the lines it prints.
+
+What a rule catches (each class the Japanese editor's read found that a rule can):
+- English joined into Japanese text: function words (and, or, of, the), a word the glossary
+  translates left bare (forward, backward, overlap), lower-case English alone in
+  parentheses ("(measured)");
+- typography: a space after 。, `x` between numbers where Japanese writes ×, half-width
+  parentheses around Japanese;
+- the glossary's counters (GPUs counted with 基) and its banned renderings (フォワード for
+  順伝播, 「return した」 for 関数から戻った);
+- English where the edition speaks Japanese: a comment of a code cell, a line a code cell
+  prints (`english_comment`, `english_printed`).
+What only a reader can judge, and the editor's read is for: meaning drift against the
+English (a dropped condition, a changed subject, a hedge lost), translationese (直訳調), the
+clarity of a prompt (does a learner know what to write), a term used for the wrong idea,
+paragraphs too long or too nested, and whether a figure's labels say what the prose says.
 """
 
 from __future__ import annotations
@@ -31,6 +47,21 @@ BARE = re.compile(r"(?<![\w.（(])(?<!> )(forward|backward|overlap)(?![\w(）)])
 GPU_COUNTER = re.compile(
     r"GPU\s*(?:を|は|が|も)?\s*\d+\s*(?:つ|枚)|\d+\s*(?:つ|枚)の\s*GPU|枚のカード"
 )
+# "2 マシン x 2 ランク": Japanese multiplies with ×.
+TIMES = re.compile(r"(?:\d|[\u3040-\u30ff\u3400-\u9fff）)])\s*x\s*\d")
+# Japanese inside half-width parentheses: （…） in Japanese text.
+HALF_WIDTH_PARENTHESES = re.compile(r"\([^()（）]*[\u3040-\u30ff\u3400-\u9fff][^()（）]*\)")
+# Renderings the glossary rejects: the term it chose instead.
+REJECTED = {
+    "フォワード": "順伝播",
+    "バックワード": "逆伝播",
+    "return した": "関数から戻った",
+    "return する": "関数から戻る",
+}
+# English words of a label: two or more lower-case letters, not a name in code (no _ or .
+# inside, no call), not a word that is data (a backend's or a device's name).
+_ENGLISH_WORD = re.compile(r"(?<![\w.])[a-z]{2,}(?![\w.(])")
+DATA_WORDS = {"gloo", "nccl", "cpu", "cuda", "mps", "xpu", "env", "tcp", "inf", "nan"}
 
 
 def glossary_terms() -> set[str]:
@@ -68,3 +99,36 @@ def english_in_japanese(line: str) -> list[str]:
     if GPU_COUNTER.search(text):
         found.append("GPUs counted without 基")
     return found
+
+
+def _english_words(text: str) -> list[str]:
+    return [w for w in _ENGLISH_WORD.findall(QUOTED.sub(" ", text)) if w not in DATA_WORDS]
+
+
+def comments(source: str) -> list[str]:
+    """The comments of a code cell (a magic's line and line magics aside)."""
+    import io
+    import tokenize
+
+    lines = ["" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines()]
+    tokens = tokenize.generate_tokens(io.StringIO("\n".join(lines) + "\n").readline)
+    return [t.string for t in tokens if t.type == tokenize.COMMENT]
+
+
+def english_comment(comment: str) -> bool:
+    """A comment in English (the Japanese edition translates comments): an English word and
+    no Japanese. Solution markers and tool directives stay."""
+    comment = comment.lstrip("#")
+    if JA.search(comment) or "SOLUTION" in comment:
+        return False
+    if re.match(r"\s*(noqa|type:|fmt:|pragma)", comment):
+        return False
+    return bool(_english_words(comment))
+
+
+def english_printed(line: str) -> bool:
+    """A line a code cell of the Japanese edition printed, in English: an English word and
+    no Japanese (a rank's `[rank k]` prefix, numbers and quoted code aside)."""
+    if JA.search(line):
+        return False
+    return bool(_english_words(re.sub(r"\[rank \d+\]", " ", line)))

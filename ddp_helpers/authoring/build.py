@@ -123,13 +123,16 @@ class BuildError(Exception):
     """A solution notebook that cannot be turned into a lesson; the message says where."""
 
 
-def strip_solutions(source: str, regions: Regions, where: tuple[str, int]) -> str:
+def strip_solutions(source: str, regions: Regions, where: tuple[str, int], lang="en") -> str:
     """The cell's source with each solution region replaced by its stub (stubs.Regions
-    numbers them, across the notebook's cells)."""
+    numbers them, across the notebook's cells), in the notebook's language."""
     out = []
     try:
         for piece in regions.walk(source):
-            out.append(piece if isinstance(piece, str) else stub_line(piece.exercise, piece.indent))
+            if isinstance(piece, str):
+                out.append(piece)
+            else:
+                out.append(stub_line(piece.exercise, piece.indent, lang))
     except RegionError as exc:
         raise BuildError(
             AUTHOR_TEXT[exc.kind].format(nb=where[0], cell=where[1], line=exc.line)
@@ -143,12 +146,13 @@ def make_lesson(nb, name: str):
 
     lesson = copy.deepcopy(nb)
     number = exercise_prefix(lesson_of_notebook(name))
+    lang = lesson.metadata.get("language", "en")  # a translated edition's stubs speak it
     cells, regions = [], Regions(number)
     for index, cell in enumerate(lesson.cells, 1):
         if DROP_TAG in cell.get("metadata", {}).get("tags", []):
             continue
         if cell.cell_type == "code":
-            cell.source = strip_solutions(cell.source, regions, (name, index))
+            cell.source = strip_solutions(cell.source, regions, (name, index), lang)
             cell.outputs = []
             cell.execution_count = None
             cell.metadata.pop("execution", None)

@@ -48,8 +48,8 @@ MINUTES_PER_CHECK = 1.5
 MINUTES_PER_PASTED_ANSWER = 1.0
 TARGET_MINUTES = 30  # a core path's most
 
-# A translation keeps the English words in its heading: "## さらに先へ（Going further・任意）".
-GOING_FURTHER = re.compile(r"^## (?:.*[(（])?Going further", re.M)
+# Where the core path ends, in each edition: "## Going further (optional)", "## さらに先へ（任意）".
+GOING_FURTHER = re.compile(r"^## (?:Going further|さらに先へ)", re.M)
 STATED = re.compile(
     r"\*(?:Core path: about (\d+) minutes of reading and running, (\d+) exercises?\."
     r"|コアパス: 読んで実行して約 (\d+) 分、演習 (\d+) 問。)"
@@ -429,7 +429,7 @@ def _restate(entries: dict, english, stated: dict, old_hashes: dict) -> list[str
     changed = []
     for cell in english.cells:
         entry = entries.get(cell.get("id"))
-        if entry is None:
+        if entry is None or cell.cell_type != "markdown":  # times are stated in markdown
             continue
         text = stated.get(cell.get("id"), entry["text"])
         new_hash = text_hash(cell.source)

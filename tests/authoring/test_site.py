@@ -236,7 +236,7 @@ def test_the_japanese_edition_has_its_pages_outputs_and_a_language_switch_each_w
         assert f'href="ja/{_page(lesson)}"' in (html_dir / _page(lesson)).read_text()
     plain = re.sub(r"<[^>]+>", "", (html_dir / "ja" / _page("01")).read_text())
     assert "✅ 演習 1.2: 正解です" in plain  # the Japanese stored outputs
-    assert 'raise NotImplementedError("exercise 1.2")' in plain.replace("&quot;", '"')
+    assert 'raise NotImplementedError("演習 1.2")' in plain.replace("&quot;", '"')
 
 
 def test_the_last_page_follows_the_lessons_in_both_editions_and_links_to_their_cells(site):
