@@ -21,6 +21,7 @@ MESSAGES = messages(
         "xlabel": "ranks (one CPU core each)",
         "ylabel": "speed-up over 1 rank",
         "title": "DDP training throughput, gloo on CPU",
+        "speedup": "{speedup:.2f}x",
     },
 )
 
@@ -118,7 +119,7 @@ def plot_scaling(results: dict[str, dict[int, float]]):
         speedup = [result[n] / result[ranks[0]] for n in ranks]
         ax.plot(ranks, speedup, "o-", label=name)
         ax.annotate(
-            f"{speedup[-1]:.2f}x",
+            MESSAGES["speedup"].format(speedup=speedup[-1]),
             (ranks[-1], speedup[-1]),
             textcoords="offset points",
             xytext=(6, -4),

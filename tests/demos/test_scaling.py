@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from ddp_helpers import i18n
 from ddp_helpers.demos.scaling import measure_scaling, plot_scaling
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
@@ -25,3 +26,6 @@ def test_the_plot_shows_each_models_speed_up_and_the_ideal_line():
     assert list(ideal.get_ydata()) == [1, 2]
     assert list(small.get_ydata()) == [1.0, 0.5] and list(wide.get_ydata()) == [1.0, 1.8]
     assert [t.get_text() for t in ax.texts] == ["0.50x", "1.80x"]
+    with i18n.using("ja"):  # the label is the catalog's: 倍, not x, in Japanese
+        fig = plot_scaling({"small": {1: 1000.0, 2: 500.0}, "wide": {1: 100.0, 2: 180.0}})
+    assert [t.get_text() for t in fig.axes[0].texts] == ["0.50 倍", "1.80 倍"]

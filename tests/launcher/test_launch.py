@@ -446,7 +446,7 @@ def test_a_return_value_that_cannot_come_back_is_said_in_the_notebooks_language(
         launch(lock, nprocs=2)
     said = str(raised.value)
     assert "戻り値（lock 型）をノートブックに送り返せませんでした" in said
-    assert english_in_japanese(said.split("『")[0]) == []
+    assert english_in_japanese(said.split("「")[0]) == []
 
 
 @pytest.mark.parametrize(("gpus", "backend"), [(0, "gloo"), (2, "nccl")])
