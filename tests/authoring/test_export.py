@@ -355,6 +355,44 @@ def test_a_missing_notebook_is_a_clear_error(tmp_path):
     assert result.returncode == 2 and "No such file" in result.stderr
 
 
+@pytest.mark.parametrize("edition", ["en", "ja"])
+def test_each_editions_export_command_as_written_exports_its_own_solved_lesson(tmp_path, edition):
+    """The command *From notebook to script* shows, read from the built lesson of each
+    edition and run as written from the course's folder: it names that edition's own
+    notebook (a Japanese learner's is lessons/ja/...), and on a solved copy it succeeds."""
+    import re
+    import shlex
+    import shutil
+
+    import nbformat
+
+    folder = "" if edition == "en" else edition
+    lesson = ROOT / "lessons" / folder / LESSON.name
+    command = re.compile(r"^python -m ddp_helpers export .*$", re.M)
+    shown = [
+        found.group(0)
+        for cell in nbformat.read(lesson, as_version=4).cells
+        if cell.cell_type == "markdown" and (found := command.search(cell.source))
+    ]
+    assert len(shown) == 1, shown
+    args = shlex.split(shown[0])
+    named = args[args.index("export") + 1]
+    assert named == lesson.relative_to(ROOT).as_posix(), shown[0]
+    (tmp_path / named).parent.mkdir(parents=True)
+    shutil.copy(ROOT / "solutions" / folder / LESSON.name, tmp_path / named)  # solved
+    run = subprocess.run(
+        [sys.executable, *args[1:]],  # `python` is the course's own
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith(f"wrote {args[args.index('-o') + 1]} "), run.stdout
+    assert "def main(" in (tmp_path / args[args.index("-o") + 1]).read_text()
+
+
 RENDEZVOUS = """\
 import runpy
 
