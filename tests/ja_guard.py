@@ -98,6 +98,11 @@ def english_in_japanese(line: str) -> list[str]:
         found.append(f"a bare English word the glossary translates ({word})")
     if GPU_COUNTER.search(text):
         found.append("GPUs counted without 基")
+    if TIMES.search(text):
+        found.append("x between numbers (write ×)")
+    if HALF_WIDTH_PARENTHESES.search(text):
+        found.append("half-width parentheses around Japanese (write （）)")
+    found += [f"{bad} (the glossary says {good})" for bad, good in REJECTED.items() if bad in text]
     return found
 
 

@@ -233,6 +233,13 @@ def test_the_guard_catches_what_it_is_for():
     assert _english_in_japanese("全ランクが 1 枚のカードに集まる")
     assert _english_in_japanese("2 つの GPU")
     assert not _english_in_japanese("GPU 2 基、ランク 2 つ")
+    # typography and the glossary's rejected renderings
+    assert _english_in_japanese("2 マシン x 2 ランクで実行します")
+    assert not _english_in_japanese("2 マシン × 2 ランクで実行します")
+    assert _english_in_japanese("比 (DDP の更新量) を答えます")
+    assert not _english_in_japanese("`f(x)` の値（DDP の更新量）を答えます")
+    assert _english_in_japanese("フォワードのたびに")
+    assert _english_in_japanese("早く return したランク")
 
 
 def test_the_guard_catches_english_in_the_japanese_code_and_what_it_prints():
