@@ -69,7 +69,7 @@ class _Words(ast.NodeTransformer):
         )
         self.literals.append((node, words))
         # A translation may reorder the placeholders: each side visits them in one order.
-        values = sorted((v for v in node.values if isinstance(v, ast.FormattedValue)), key=ast.dump)
+        values = sorted((v for v in node.values if isinstance(v, ast.FormattedValue)), key=_blank)
         placed = [self.visit(v) for v in values]
         return ast.copy_location(ast.JoinedStr(values=placed), node)
 
@@ -78,6 +78,18 @@ class _Words(ast.NodeTransformer):
             self.literals.append((node, node.value))
             return ast.copy_location(ast.Constant(value="…"), node)
         return node
+
+
+def _blank(node) -> str:
+    """A placeholder's code with its words blanked: the order both editions visit it in (a
+    placeholder may hold a translated string: `{"ランク":>8}`)."""
+    import copy
+
+    tree = copy.deepcopy(node)
+    for sub in ast.walk(tree):
+        if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+            sub.value = ""
+    return ast.dump(tree)
 
 
 def _shape(source: str):

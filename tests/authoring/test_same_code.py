@@ -57,3 +57,9 @@ def test_line_magics_are_code_too():
     english = "%load_ext ddp_helpers\nimport os  # the os\n"
     assert differences(english, english.replace("# the os", "# OS")) == []
     assert differences(english, english.replace("ddp_helpers", "other"))
+
+
+def test_a_placeholder_that_holds_a_translated_label_keeps_its_place():
+    english = "print(f\"{'torchrun':>10} {'(rank 0, rank 1)':31s} {x}\")\n"
+    japanese = "print(f\"{'torchrun':>10} {'ランク 0, 1':31s} {x}\")\n"
+    assert differences(english, japanese) == []
