@@ -1,4 +1,4 @@
-"""Is a translated code cell the English one, its words aside?
+"""Whether a translated code cell is the English code, its comments and printed words aside.
 
 A translation may change a code cell's comments and the string literals it translates (a
 label a cell prints, a docstring), nothing else: the names, calls, numbers, the data strings
