@@ -392,3 +392,47 @@ def test_the_japanese_stubs_say_their_exercise_in_japanese_and_the_checks_know_t
     assert stubs and all('("演習 1.' in line for line in stubs), stubs
     assert exercise_raised("NotImplementedError", "演習 1.2") == "1.2"
     assert exercise_raised("NotImplementedError", "exercise 1.2") == "1.2"
+
+
+# Cells whose printed English is not ours to translate: torch's or Python's own words.
+ENGLISH_OF_OTHERS = {
+    "01-27": "the values torchrun sets (ROLE_NAME's default)",
+    "02-20": "torch's error, as it reads",
+    "02-26": "torch's DETAIL mismatch message",
+    "02-32": "torch's casting error",
+    "02-34": "torch's message for a second init_process_group",
+    "03-40": "torch's error for a parameter without a gradient",
+    "04-e1": "DataLoader's error",
+    "04-e3": "Python's AttributeError",
+    "04-e5": "torch's state_dict error, over several lines",
+    "04-e7": "a rank's stack, as Python prints it",
+    "04-61": "a rank's stack, as Python prints it",
+    "04-31": "a rank's stack, as Python prints it",
+}
+
+
+def test_the_japanese_notebooks_code_comments_and_printed_labels_are_japanese():
+    """Every comment of a Japanese solution's code cells (the exported script's cells stay
+    English) and every line its code prints, but torch's and Python's own words (listed, each
+    with its reason) and a picture's text form."""
+    from ja_guard import comments, english_comment, english_printed
+
+    problems, spoken = [], set()
+    for path in sorted((ROOT / "solutions" / "ja").glob(NOTEBOOKS)):
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type != "code":
+                continue
+            where = f"{path.name} {cell.get('id')}"
+            if "export" not in cell.metadata.get("tags", []):
+                problems += [f"{where}: {c}" for c in comments(cell.source) if english_comment(c)]
+            for out in cell.get("outputs", []):
+                if "image/png" in out.get("data", {}) or out.get("name") == "stderr":
+                    continue
+                text = out.get("text", "") + out.get("data", {}).get("text/plain", "")
+                english = [line for line in text.splitlines() if english_printed(line)]
+                if english and cell.get("id") in ENGLISH_OF_OTHERS:
+                    spoken.add(cell.get("id"))
+                else:
+                    problems += [f"{where}: prints {line.strip()[:100]}" for line in english]
+    assert problems == [], "\n".join(problems)
+    assert spoken == set(ENGLISH_OF_OTHERS), "no English left: drop these from the list"
