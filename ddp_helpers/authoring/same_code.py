@@ -15,6 +15,7 @@ and format.
 from __future__ import annotations
 
 import ast
+import copy
 import re
 
 from ..stubs import BEGIN, END
@@ -83,8 +84,6 @@ class _Words(ast.NodeTransformer):
 def _blank(node) -> str:
     """A placeholder's code with its words blanked: the order both editions visit it in (a
     placeholder may hold a translated string: `{"ランク":>8}`)."""
-    import copy
-
     tree = copy.deepcopy(node)
     for sub in ast.walk(tree):
         if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
@@ -98,11 +97,11 @@ def _shape(source: str):
     return words.visit(tree), words.literals
 
 
-def _first_difference(a, b) -> tuple[int, int]:
-    """The line of the first node where the two shapes part (translated, English)."""
-    for x, y in zip(ast.walk(b), ast.walk(a), strict=False):
-        if type(x) is not type(y) or _fields(x) != _fields(y):
-            return getattr(x, "lineno", 1), getattr(y, "lineno", 1)
+def _first_difference(translated, english) -> tuple[int, int]:
+    """The lines (translated, English) of the first nodes where the two shapes part."""
+    for ours, theirs in zip(ast.walk(translated), ast.walk(english), strict=False):
+        if type(ours) is not type(theirs) or _fields(ours) != _fields(theirs):
+            return getattr(ours, "lineno", 1), getattr(theirs, "lineno", 1)
     return 1, 1
 
 
@@ -144,7 +143,7 @@ def differences(english: str, translated: str) -> list[str]:
     except SyntaxError as exc:
         return [AUTHOR_TEXT["syntax"].format(line=exc.lineno, error=exc.msg)]
     if ast.dump(ours) != ast.dump(theirs):
-        line, english_line = _first_difference(theirs, ours)
+        line, english_line = _first_difference(ours, theirs)
         return [AUTHOR_TEXT["structure"].format(line=line, english_line=english_line)]
     problems = []
     for (node, words), (_, english_words) in zip(our_words, their_words, strict=True):

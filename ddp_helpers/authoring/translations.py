@@ -102,7 +102,7 @@ def make_edition(english, name: str, lang: str, root: Path, previous=None) -> Ed
         if cell.cell_type != "markdown":
             continue
         entry = entries.get(cell.get("id"))
-        if entry is None:
+        if entry is None or "text" not in entry:  # (a code entry here is named an orphan)
             problems.append(AUTHOR_TEXT["no_translation"].format(cell=cell.get("id"), **where))
             continue
         if entry["translates"] != meta["translates"]:
