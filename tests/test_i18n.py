@@ -97,7 +97,7 @@ def test_a_markdown_cell_without_translation_is_named(tmp_path):
     root = _copy_course(tmp_path)
     table = root / "i18n" / "ja" / (ENGLISH[0].stem + ".json")
     entries = json.loads(table.read_text(encoding="utf-8"))
-    dropped = sorted(entries)[-1]
+    dropped = sorted(k for k, v in entries.items() if "text" in v and "after" not in v)[-1]
     del entries[dropped]
     table.write_text(json.dumps(entries, ensure_ascii=False), encoding="utf-8")
     problems = _check(root)
@@ -442,3 +442,22 @@ def test_the_japanese_notebooks_code_comments_and_printed_labels_are_japanese():
                         problems.append(f"{where}: prints {line.strip()[:100]}")
     assert problems == [], "\n".join(problems)
     assert spoken == set(ENGLISH_OF_OTHERS), "no English left: drop these from the list"
+
+
+FIGURE = re.compile(r"図 *(\d+)-(\d+)")
+CAPTION = re.compile(r"^\*\*図 (\d+)-(\d+)\*\*: \S", re.M)
+
+
+@pytest.mark.parametrize("path", ENGLISH, ids=lambda p: p.stem)
+def test_the_japanese_figures_are_numbered_by_lesson_and_each_has_one_caption(path):
+    # 図 N-M: N the lesson's number without a zero, M from 1 in order of the captions, every
+    # reference to a captioned figure of this lesson (the editor: one style in every lesson).
+    lesson = int(path.stem[:2])
+    text = "\n".join(c.source for c in nbformat.read(_ja(path), as_version=4).cells
+                     if c.cell_type == "markdown")
+    captions = [(int(n), int(m)) for n, m in CAPTION.findall(text)]
+    assert [m for _, m in captions] == list(range(1, len(captions) + 1)), captions
+    assert {n for n, _ in captions} <= {lesson}, captions
+    for n, m in ((int(n), int(m)) for n, m in FIGURE.findall(text)):
+        assert (n, m) in captions, f"図 {n}-{m} is referred to but has no caption in {path.name}"
+    assert not re.search(r"図 *0\d-", text)
