@@ -280,6 +280,11 @@ def _japanese_texts():
         for cell_id, entry in json.loads(path.read_text(encoding="utf-8")).items():
             if "text" in entry:
                 yield f"{path.name} {cell_id}", _FENCE.sub(" ", entry["text"])
+    for page in ("recipe.md", "glossary.md"):  # the edition's pages beside the notebooks
+        text = (ROOT / "lessons" / "ja" / page).read_text(encoding="utf-8")
+        if page == "glossary.md":  # its first column is the English term, on purpose
+            text = re.sub(r"^\|[^|\n]*\|", "|", text, flags=re.M)
+        yield f"lessons/ja/{page}", _FENCE.sub(" ", text)
 
 
 def test_no_english_joins_japanese_text_in_any_output_message_or_cell():

@@ -99,6 +99,8 @@ ANCHOR_LINE = re.compile(r'^<a id="(further-[\w-]+)"></a>$', re.M)
 
 # The course's last page, beside the lessons in each edition's folder, and its script.
 RECIPE, RECIPE_SCRIPT = "recipe.md", "ddp_recipe.py"
+# A translation's page of its own after the recipe: the terms beside their English (ja).
+GLOSSARY = "glossary.md"
 # A link to a lesson's cell as JupyterLab follows it: the fragment `cell-id=` opens the
 # notebook at that cell. On the site, the cell's page carries an anchor of that name.
 CELL_LINK = re.compile(
@@ -211,6 +213,8 @@ def write_sources(root: Path, src: Path) -> list[str]:
         recipe = (root / "lessons" / sub / RECIPE).read_text(encoding="utf-8")
         (src / sub / RECIPE).write_text(site_recipe(recipe), encoding="utf-8")
         shutil.copy(root / "lessons" / sub / RECIPE_SCRIPT, src / sub / RECIPE_SCRIPT)
+        if (root / "lessons" / sub / GLOSSARY).is_file():
+            shutil.copy(root / "lessons" / sub / GLOSSARY, src / sub / GLOSSARY)
         links = cell_links(recipe)
         for path in _solutions(root / "solutions" / sub):
             lesson = root / "lessons" / sub / path.name

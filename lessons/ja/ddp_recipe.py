@@ -36,7 +36,7 @@ def main(epochs, checkpoint):
     # LOCAL_RANK（マシンごとに 0 から数える）であって、RANK ではない。
     local_rank = int(os.environ["LOCAL_RANK"])
     gpus_here = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if gpus_here >= int(os.environ["LOCAL_WORLD_SIZE"]):  # マシンの各ランクに GPU が 1 つずつある
+    if gpus_here >= int(os.environ["LOCAL_WORLD_SIZE"]):  # マシンの各ランクに GPU が 1 基ずつある
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)  # 以後、このプロセスのカレント GPU
         dist.init_process_group("nccl", device_id=device)

@@ -274,3 +274,16 @@ def test_the_last_page_may_show_the_recipes_own_answers_and_no_other(site, tmp_p
             (tmp_path / "recipe.html").write_text(page.replace("</article>", leak + "</article>"))
             found = leaked_answers(tmp_path, lines)
             assert any(f"exercise {ex.id} shows" in f for f in found), ex.id
+
+
+def test_the_japanese_glossary_page_follows_the_recipe_and_lesson_01_links_to_it(site):
+    """lessons/ja/glossary.md (用語対応表): in the Japanese contents after the last page,
+    with its tables, and linked from the Japanese lesson 01's first cell (the link check
+    above finds the link resolving)."""
+    html_dir, _ = site
+    index = (html_dir / "ja" / "index.html").read_text()
+    assert index.index('href="glossary.html"') > index.index('href="recipe.html"')
+    page = (html_dir / "ja" / "glossary.html").read_text()
+    assert "用語対応表" in page and page.count("<table") == 4
+    assert 'href="glossary.html"' in (html_dir / "ja" / _page("01")).read_text()
+    assert not (html_dir / "glossary.html").exists()  # the English edition has none
