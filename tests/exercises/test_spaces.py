@@ -76,6 +76,8 @@ def _seen(value, found: dict) -> None:
         found["model"] |= {"frozen"} if any(not p.requires_grad for _, p in params) else set()
         found["model"] |= {"buffer"} if list(value.buffers()) else set()
         found["keys"].append([(n, tuple(p.shape), _total(p), _total(p.grad)) for n, p in params])
+    elif inspect.isgenerator(value) and isinstance(_walked(value), torch.nn.Module):
+        _seen(_walked(value), found)  # model.parameters(), as 5.1's answer is handed it
     elif isinstance(value, (list, tuple)):
         found["sizes"].add(len(value))
         for item in value[:50]:
@@ -90,6 +92,13 @@ def _seen(value, found: dict) -> None:
         if hasattr(value, "__len__"):  # a data set the answer is handed: its length
             found["sizes"].add(len(value))
             found["keys"].append(len(value))
+
+
+def _walked(generator):
+    """The module whose parameters a generator yields (module.parameters(), not yet read:
+    reading it here would leave the answer none), or None."""
+    frame = generator.gi_frame
+    return None if frame is None else frame.f_locals.get("self")
 
 
 def _total(tensor) -> float | None:
