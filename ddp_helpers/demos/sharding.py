@@ -373,7 +373,8 @@ def parameter_count(width: int = WIDTH, depth: int = DEPTH) -> dict:
 
 
 def memory_per_rank(world_sizes=(2, 4), width: int = WIDTH, depth: int = DEPTH) -> dict:
-    """What each rank holds after one AdamW step, measured on real ranks:
+    """What each rank holds after one AdamW step (its gradients still there, as before
+    zero_grad), measured on real ranks, under each of SCHEMES:
     {"parameters", "trainable", "width", "depth", "by_world": {world size: {scheme: [per rank
     {"params", "grads", "state" (bytes), "state_by_name": {name: bytes}}]}}}."""
     from ..launcher import launch
