@@ -241,6 +241,16 @@ def test_the_guard_catches_what_it_is_for():
     assert not _english_in_japanese("`f(x)` の値（DDP の更新量）を答えます")
     assert _english_in_japanese("フォワードのたびに")
     assert _english_in_japanese("早く return したランク")
+    assert _english_in_japanese("原因は前の演習にあります。あなたの shard() がまだ正しくありません")
+    assert not _english_in_japanese("自分の shard() がまだ正しくありません")
+    assert _english_in_japanese("凍結したパラメーターのあるモデル")
+    assert _english_in_japanese("バッファーのあるモデル")
+    assert not _english_in_japanese("凍結したパラメータとバッファのあるモデル")
+    assert _english_in_japanese("[ddp_helpers] 注意: ランク 1 は終了時に異常終了しました")
+    assert not _english_in_japanese("[ddp_helpers] 注: ランク 1 は終了時に異常終了しました")
+    assert _english_in_japanese("マシン {machines} 台 × {local} ランクで、勾配が 2 倍です")
+    assert not _english_in_japanese("2 マシン × 2 ランクで、勾配が 2 倍です")
+    assert not _english_in_japanese("模擬マシン 2 台に分けます")
 
 
 def test_the_guard_catches_english_in_the_japanese_code_and_what_it_prints():
