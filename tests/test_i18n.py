@@ -203,6 +203,13 @@ def test_a_message_answers_in_the_current_language_and_falls_back_to_english():
         i18n.REGISTRY.pop("test.fallback", None)
 
 
+def test_padded_counts_columns_so_that_translated_labels_line_up():
+    # lesson 01's table of torchrun's variables: the same code prints both editions' columns
+    assert i18n.padded("not set", 10) == f"{'not set':10s}"
+    assert i18n.padded("設定なし", 10) == "設定なし  "  # four characters, eight columns
+    assert i18n.padded("a longer label", 4) == "a longer label"  # never cut
+
+
 # ---------------------------------------------------------------- the guard: no English joins
 
 _FENCE = FENCE
@@ -416,7 +423,7 @@ ENGLISH_OF_OTHERS = {
     "01-27": r"ROLE_NAME( +default, default){2}",  # the values torchrun sets
     "02-20": r"RuntimeError: Distributed package doesn't have NCCL built in",
     "02-26": r"Detected mismatch between collectives on ranks\.",
-    "02-32": r"\[rank \d\]  result type Float can't be cast to the desired output type Long",
+    "02-32": r"\[rank \d\] +result type Float can't be cast to the desired output type Long",
     "02-34": r"trying to initialize the default process group twice!",
     "03-40": r"RuntimeError: Expected to have finished reduction in the prior iteration .*",
     "04-e1": r"ValueError: sampler option is mutually exclusive with shuffle",
