@@ -11,14 +11,19 @@ What a rule catches (each class the Japanese editor's read found that a rule can
   parentheses ("(measured)");
 - typography: a space after 。, `x` between numbers where Japanese writes ×, half-width
   parentheses around Japanese;
-- the glossary's counters (GPUs counted with 基) and its banned renderings (フォワード for
-  順伝播, 「return した」 for 関数から戻った);
+- the glossary's counters (GPUs counted with 基; `2 マシン × 2 ランク`, not マシン 2 台 × 2 ランク)
+  and its banned renderings (フォワード for 順伝播, 「return した」 for 関数から戻った, あなた for
+  自分, the long-vowel パラメーター and バッファー for パラメータ and バッファ);
+- the prefix of a note: 注:, never 注意: (`[ddp_helpers] 注:`);
 - English where the edition speaks Japanese: a comment of a code cell, a line a code cell
   prints (`english_comment`, `english_printed`).
 What only a reader can judge, and the editor's read is for: meaning drift against the
 English (a dropped condition, a changed subject, a hedge lost), translationese (直訳調), the
-clarity of a prompt (does a learner know what to write), a term used for the wrong idea,
-paragraphs too long or too nested, and whether a figure's labels say what the prose says.
+glossary's rules that depend on sense ("hold" is not 〜を持ちます when a rank holds a value, but a
+process may have (持つ) its own interpreter; a count of five digits is grouped with commas, a
+port or a process id is not), the clarity of a prompt (does a learner know what to write), a
+term used for the wrong idea, paragraphs too long or too nested, and whether a figure's labels
+say what the prose says.
 """
 
 from __future__ import annotations
@@ -57,7 +62,14 @@ REJECTED = {
     "バックワード": "逆伝播",
     "return した": "関数から戻った",
     "return する": "関数から戻る",
+    "あなた": "自分",
+    "パラメーター": "パラメータ",
+    "バッファー": "バッファ",
 }
+# A note is 注: (the glossary's `[ddp_helpers] note:` → `[ddp_helpers] 注:`), never 注意:.
+NOTE_PREFIX = re.compile(r"注意\s*[:：]")
+# "2 machines x 2 ranks" is `2 マシン × 2 ランク`; machines alone are counted with 台.
+MACHINES_TIMES_RANKS = re.compile(r"マシン\s*\S+\s*台\s*×")
 # English words of a label: two or more lower-case letters, not a name in code (no _ or .
 # inside, no call), not a word that is data (a backend's or a device's name).
 _ENGLISH_WORD = re.compile(r"(?<![\w.])[a-z]{2,}(?![\w.(])")
@@ -103,6 +115,10 @@ def english_in_japanese(line: str) -> list[str]:
     if HALF_WIDTH_PARENTHESES.search(text):
         found.append("half-width parentheses around Japanese (write （）)")
     found += [f"{bad} (the glossary says {good})" for bad, good in REJECTED.items() if bad in text]
+    if NOTE_PREFIX.search(text):
+        found.append("注意: (a note is 注:)")
+    if MACHINES_TIMES_RANKS.search(text):
+        found.append("マシン N 台 × N ランク (the glossary says N マシン × N ランク)")
     return found
 
 

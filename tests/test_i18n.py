@@ -203,6 +203,13 @@ def test_a_message_answers_in_the_current_language_and_falls_back_to_english():
         i18n.REGISTRY.pop("test.fallback", None)
 
 
+def test_padded_counts_columns_so_that_translated_labels_line_up():
+    # lesson 01's table of torchrun's variables: the same code prints both editions' columns
+    assert i18n.padded("not set", 10) == f"{'not set':10s}"
+    assert i18n.padded("設定なし", 10) == "設定なし  "  # four characters, eight columns
+    assert i18n.padded("a longer label", 4) == "a longer label"  # never cut
+
+
 # ---------------------------------------------------------------- the guard: no English joins
 
 _FENCE = FENCE
@@ -241,6 +248,16 @@ def test_the_guard_catches_what_it_is_for():
     assert not _english_in_japanese("`f(x)` の値（DDP の更新量）を答えます")
     assert _english_in_japanese("フォワードのたびに")
     assert _english_in_japanese("早く return したランク")
+    assert _english_in_japanese("原因は前の演習にあります。あなたの shard() がまだ正しくありません")
+    assert not _english_in_japanese("自分の shard() がまだ正しくありません")
+    assert _english_in_japanese("凍結したパラメーターのあるモデル")
+    assert _english_in_japanese("バッファーのあるモデル")
+    assert not _english_in_japanese("凍結したパラメータとバッファのあるモデル")
+    assert _english_in_japanese("[ddp_helpers] 注意: ランク 1 は終了時に異常終了しました")
+    assert not _english_in_japanese("[ddp_helpers] 注: ランク 1 は終了時に異常終了しました")
+    assert _english_in_japanese("マシン {machines} 台 × {local} ランクで、勾配が 2 倍です")
+    assert not _english_in_japanese("2 マシン × 2 ランクで、勾配が 2 倍です")
+    assert not _english_in_japanese("模擬マシン 2 台に分けます")
 
 
 def test_the_guard_catches_english_in_the_japanese_code_and_what_it_prints():
@@ -406,7 +423,7 @@ ENGLISH_OF_OTHERS = {
     "01-27": r"ROLE_NAME( +default, default){2}",  # the values torchrun sets
     "02-20": r"RuntimeError: Distributed package doesn't have NCCL built in",
     "02-26": r"Detected mismatch between collectives on ranks\.",
-    "02-32": r"\[rank \d\]  result type Float can't be cast to the desired output type Long",
+    "02-32": r"\[rank \d\] +result type Float can't be cast to the desired output type Long",
     "02-34": r"trying to initialize the default process group twice!",
     "03-40": r"RuntimeError: Expected to have finished reduction in the prior iteration .*",
     "04-e1": r"ValueError: sampler option is mutually exclusive with shuffle",

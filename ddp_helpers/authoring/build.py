@@ -87,18 +87,18 @@ except ImportError:
 
     %pip install --quiet "{requirement}" "torch=={{version('torch')}}"
     # 見つからない場合は、上に pip が理由を表示しています
-    #（{torch}。Kaggle ではインターネットをオン）
+    # （{torch}。Kaggle ではインターネットをオン）
     import ddp_helpers""",
         "from_copy": """\
 # セットアップ: 本コースのパッケージは `make lab` なら入っています。ほかのカーネル（自分の Jupyter、
-# VS Code、conda）では、先にコースのコピーからインストールしてください: %pip install コピーのパス
+# VS Code、conda）では、先にコースのコピーからインストールしてください: %pip install <コピーのパス>
 try:
     import ddp_helpers
 except ImportError:
     raise ImportError(
         "このレッスンには本コースのパッケージ（ddp_helpers）が必要ですが、このカーネルにはありません。"
         "コースのコピー（git clone またはダウンロード）から、セルで "
-        "`%pip install コピーのパス` を実行してインストールしてください。"
+        "`%pip install <コピーのパス>` を実行してインストールしてください。"
         "このカーネルの torch が {torch} なら、それをそのまま使います。"
         "または、コピーの中で `make lab` を実行してください。"
     ) from None""",
@@ -110,7 +110,7 @@ LANGUAGE_TAG = "course-language"
 LANGUAGE_CELL = {
     "ja": """\
 # このノートブックの言語: チェックとランチャーのメッセージが日本語になります
-#（Jupyter を起動する前に DDP_HELPERS_LANG=en を設定すると英語になります）。
+# （Jupyter を起動する前に DDP_HELPERS_LANG=en を設定すると英語になります）。
 import ddp_helpers
 
 ddp_helpers.use_language("ja")""",
