@@ -224,6 +224,14 @@ class ShardedSummingTheWeights(_Learners):
 class ShardedInAFlatBufferOnTheCpu(_Learners):
     """One broadcast per owner, of a flat buffer made without device=."""
 
+    def flat(self, theirs, owner):
+        import torch
+
+        flat = torch.empty(sum(p.numel() for p in theirs), dtype=theirs[0].dtype)
+        if owner == self.rank():
+            flat.copy_(torch.cat([p.reshape(-1) for p in theirs]))
+        return flat
+
     def share(self):
         import torch
         import torch.distributed as dist
@@ -231,9 +239,7 @@ class ShardedInAFlatBufferOnTheCpu(_Learners):
         with torch.no_grad():
             for owner in range(self.world()):
                 theirs = [p for p in self.params if self.owner[p] == owner]
-                flat = torch.empty(sum(p.numel() for p in theirs), dtype=theirs[0].dtype)
-                if owner == self.rank():
-                    flat.copy_(torch.cat([p.reshape(-1) for p in theirs]))
+                flat = self.flat(theirs, owner)
                 dist.broadcast(flat, src=owner)
                 offset = 0
                 for p in theirs:
@@ -290,22 +296,13 @@ class ShardedGreedyInTheModelsOrder(_Learners):
         return make_optimizer([{"params": mine}])
 
 
-class ShardedInAFlatBufferPerOwner(_Learners):
-    """One broadcast per owner, of a flat buffer made on the parameters' device."""
+class ShardedInAFlatBufferPerOwner(ShardedInAFlatBufferOnTheCpu):
+    """One broadcast per owner, of a flat buffer made from the parameters (on their device)."""
 
-    def share(self):
+    def flat(self, theirs, owner):
         import torch
-        import torch.distributed as dist
 
-        with torch.no_grad():
-            for owner in range(self.world()):
-                theirs = [p for p in self.params if self.owner[p] == owner]
-                flat = torch.cat([p.reshape(-1) for p in theirs])  # on their device
-                dist.broadcast(flat, src=owner)
-                offset = 0
-                for p in theirs:
-                    p.copy_(flat[offset : offset + p.numel()].view_as(p))
-                    offset += p.numel()
+        return torch.cat([p.reshape(-1) for p in theirs])
 
 
 class ShardedSharingBySum(_Learners):

@@ -49,8 +49,8 @@ MESSAGES = messages(
             "self.owner = {{}}; for p in sorted(self.params, key=lambda p: p.numel(), "
             "reverse=True): self.owner[p] = held.index(min(held)); held[self.owner[p]] += "
             "p.numel(); then self.optimizer = make_optimizer([p for p in self.params if "
-            "self.owner[p] == rank]). In step(): self.optimizer.step(), then with "
-            "torch.no_grad(): for p in self.params: dist.broadcast(p, src=self.owner[p])."
+            "self.owner[p] == rank]). In step(): self.optimizer.step(), then for p in "
+            "self.params: dist.broadcast(p.detach(), src=self.owner[p])."
         ),
         "zero_unmade": (
             "On rank {rank}, ShardedOptimizer(...) never called make_optimizer: build this "
@@ -190,18 +190,16 @@ class ShardedOptimizer:
         # END SOLUTION
 
     def zero_grad(self):
-        for p in self.params:  # every rank's gradients: DDP averages them all
+        for p in self.params:  # all of them, not only this rank's: DDP all-reduces each
             p.grad = None
 
     def step(self):
         # BEGIN SOLUTION (continued)
-        import torch
         import torch.distributed as dist
 
-        self.optimizer.step()  # this rank's shard
-        with torch.no_grad():
-            for p in self.params:  # in the same order on every rank
-                dist.broadcast(p, src=self.owner[p])
+        self.optimizer.step()  # this rank's shard only
+        for p in self.params:  # in the same order on every rank
+            dist.broadcast(p.detach(), src=self.owner[p])  # the owner's values, in place
         # END SOLUTION
 
 
