@@ -260,6 +260,33 @@ class ShardedBroadcastingItsOwnOnly(_Learners):
                     dist.broadcast(p, src=self.rank())
 
 
+class ShardedWithStepInsideInit:
+    """step() indented one level too far: a function inside __init__, not a method."""
+
+    def __init__(self, params, make_optimizer):
+        import torch.distributed as dist
+
+        self.params = [p for p in params if p.requires_grad]
+        self.owner = _Learners.owners(self, self.params)
+        self.optimizer = make_optimizer(
+            [p for p in self.params if self.owner[p] == dist.get_rank()]
+        )
+
+        def step(self):
+            self.optimizer.step()
+            for p in self.params:
+                dist.broadcast(p.detach(), src=self.owner[p])
+
+    def world(self):
+        import torch.distributed as dist
+
+        return dist.get_world_size()
+
+    def zero_grad(self):
+        for p in self.params:
+            p.grad = None
+
+
 class ShardedDividingAgainUnderAdamW(_Learners):
     """Divides by the world size again, but only under AdamW, whose update hardly changes with
     the gradients' scale (the SGD cases pass): how the check tells it apart under Adam."""
@@ -351,6 +378,7 @@ DRAWN = {
             (ShardedSummingTheWeights, "zero_params"),
             (ShardedInAFlatBufferOnTheCpu, "off_device"),
             (ShardedBroadcastingItsOwnOnly, "hang"),
+            (ShardedWithStepInsideInit, "zero_shape"),
         ],
         [
             ShardedGreedyInTheModelsOrder,
