@@ -224,6 +224,14 @@ class ShardedSummingTheWeights(_Learners):
 class ShardedInAFlatBufferOnTheCpu(_Learners):
     """One broadcast per owner, of a flat buffer made without device=."""
 
+    def flat(self, theirs, owner):
+        import torch
+
+        flat = torch.empty(sum(p.numel() for p in theirs), dtype=theirs[0].dtype)
+        if owner == self.rank():
+            flat.copy_(torch.cat([p.reshape(-1) for p in theirs]))
+        return flat
+
     def share(self):
         import torch
         import torch.distributed as dist
@@ -231,9 +239,7 @@ class ShardedInAFlatBufferOnTheCpu(_Learners):
         with torch.no_grad():
             for owner in range(self.world()):
                 theirs = [p for p in self.params if self.owner[p] == owner]
-                flat = torch.empty(sum(p.numel() for p in theirs), dtype=theirs[0].dtype)
-                if owner == self.rank():
-                    flat.copy_(torch.cat([p.reshape(-1) for p in theirs]))
+                flat = self.flat(theirs, owner)
                 dist.broadcast(flat, src=owner)
                 offset = 0
                 for p in theirs:
@@ -252,6 +258,33 @@ class ShardedBroadcastingItsOwnOnly(_Learners):
             for p in self.params:
                 if self.owner[p] == self.rank():
                     dist.broadcast(p, src=self.rank())
+
+
+class ShardedWithStepInsideInit:
+    """step() indented one level too far: a function inside __init__, not a method."""
+
+    def __init__(self, params, make_optimizer):
+        import torch.distributed as dist
+
+        self.params = [p for p in params if p.requires_grad]
+        self.owner = _Learners.owners(self, self.params)
+        self.optimizer = make_optimizer(
+            [p for p in self.params if self.owner[p] == dist.get_rank()]
+        )
+
+        def step(self):
+            self.optimizer.step()
+            for p in self.params:
+                dist.broadcast(p.detach(), src=self.owner[p])
+
+    def world(self):
+        import torch.distributed as dist
+
+        return dist.get_world_size()
+
+    def zero_grad(self):
+        for p in self.params:
+            p.grad = None
 
 
 class ShardedDividingAgainUnderAdamW(_Learners):
@@ -290,22 +323,13 @@ class ShardedGreedyInTheModelsOrder(_Learners):
         return make_optimizer([{"params": mine}])
 
 
-class ShardedInAFlatBufferPerOwner(_Learners):
-    """One broadcast per owner, of a flat buffer made on the parameters' device."""
+class ShardedInAFlatBufferPerOwner(ShardedInAFlatBufferOnTheCpu):
+    """One broadcast per owner, of a flat buffer made from the parameters (on their device)."""
 
-    def share(self):
+    def flat(self, theirs, owner):
         import torch
-        import torch.distributed as dist
 
-        with torch.no_grad():
-            for owner in range(self.world()):
-                theirs = [p for p in self.params if self.owner[p] == owner]
-                flat = torch.cat([p.reshape(-1) for p in theirs])  # on their device
-                dist.broadcast(flat, src=owner)
-                offset = 0
-                for p in theirs:
-                    p.copy_(flat[offset : offset + p.numel()].view_as(p))
-                    offset += p.numel()
+        return torch.cat([p.reshape(-1) for p in theirs])
 
 
 class ShardedSharingBySum(_Learners):
@@ -354,6 +378,7 @@ DRAWN = {
             (ShardedSummingTheWeights, "zero_params"),
             (ShardedInAFlatBufferOnTheCpu, "off_device"),
             (ShardedBroadcastingItsOwnOnly, "hang"),
+            (ShardedWithStepInsideInit, "zero_shape"),
         ],
         [
             ShardedGreedyInTheModelsOrder,

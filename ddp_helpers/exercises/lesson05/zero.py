@@ -49,9 +49,17 @@ MESSAGES = messages(
             "self.owner = {{}}; for p in sorted(self.params, key=lambda p: p.numel(), "
             "reverse=True): self.owner[p] = held.index(min(held)); held[self.owner[p]] += "
             "p.numel(); then self.optimizer = make_optimizer([p for p in self.params if "
-            "self.owner[p] == rank]). In step(): self.optimizer.step(), then with "
-            "torch.no_grad(): for p in self.params: dist.broadcast(p, src=self.owner[p])."
+            "self.owner[p] == rank]). In step(): self.optimizer.step(), then for p in "
+            "self.params: dist.broadcast(p.detach(), src=self.owner[p])."
         ),
+        "zero_shape": (
+            "ShardedOptimizer(params, make_optimizer) made an object of type {got}, which has "
+            "no {missing}: the "
+            "training loop calls zero_grad() and step() on it. Define both as methods of the "
+            "class (at the class's indentation, not inside __init__), and check the class "
+            "itself: ShardedOptimizer, not ShardedOptimizer(...)."
+        ),
+        "zero_shape.title": "no zero_grad() or step() on the object made",
         "zero_unmade": (
             "On rank {rank}, ShardedOptimizer(...) never called make_optimizer: build this "
             "rank's optimizer with it (make_optimizer(the parameters this rank owns)), so that "
@@ -190,18 +198,16 @@ class ShardedOptimizer:
         # END SOLUTION
 
     def zero_grad(self):
-        for p in self.params:  # every rank's gradients: DDP averages them all
+        for p in self.params:  # all of them, not only this rank's: DDP all-reduces each
             p.grad = None
 
     def step(self):
         # BEGIN SOLUTION (continued)
-        import torch
         import torch.distributed as dist
 
-        self.optimizer.step()  # this rank's shard
-        with torch.no_grad():
-            for p in self.params:  # in the same order on every rank
-                dist.broadcast(p, src=self.owner[p])
+        self.optimizer.step()  # this rank's shard only
+        for p in self.params:  # in the same order on every rank
+            dist.broadcast(p.detach(), src=self.owner[p])  # the owner's values, in place
         # END SOLUTION
 
 
@@ -390,6 +396,9 @@ def _zero_harness(cls, cases: list[dict], steps: int) -> dict:
         refs = [_reference(case, steps, rank, world) for case in cases]
         ddps, makers = _answer_models(cls, cases, rank, world)
         opts = [cls(ddp.parameters(), maker) for ddp, maker in zip(ddps, makers, strict=True)]
+        shape = [_lacks(opt) for opt in opts if _lacks(opt)]
+        if shape:  # the same on every rank: none goes on
+            return {"shape": shape[0]}
         given = [m.calls for m in makers]
         everyone = [None] * world
         dist.all_gather_object(everyone, given)
@@ -405,6 +414,12 @@ def _zero_harness(cls, cases: list[dict], steps: int) -> dict:
         record["stepped"] = [m.steps for m in makers]
         record["off_device"] = made_off_device(_probe, cls, cases[0], rank, world)
         return record
+
+
+def _lacks(opt) -> list | None:
+    """[what the answer made, the methods it lacks], or None if it has zero_grad and step."""
+    missing = [name for name in ("zero_grad", "step") if not callable(getattr(opt, name, None))]
+    return [type(opt).__name__, missing] if missing else None
 
 
 def _answer_models(cls, cases, rank, world):
@@ -680,6 +695,9 @@ def _check_zero(cls, seed: int = CHECK_SEED) -> Phrase:
     for ranks, machines, steps, cases in _draws(seed):
         with trying(ranks=ranks, machines=machines):
             runs = run_on_ranks(_zero_harness, cls, cases, steps, nprocs=ranks, nnodes=machines)
+            if "shape" in runs[0]:
+                got, missing = runs[0]["shape"]
+                raise Wrong("zero_shape", got=got, missing=and_list([f"{m}()" for m in missing]))
             infos = runs[0]["info"]
             for k, (case, info) in enumerate(zip(cases, infos, strict=True)):
                 with trying(call=k + 1, dtype=case["dtype"], optimizer=OPTIMIZERS[case["kind"]]):
@@ -733,6 +751,7 @@ q1 = Exercise(
     texts=MESSAGES,
     hints=("zero_shard", "zero_step", "zero_code"),
     mistakes={
+        "zero_shape": Mistake(hint="zero_step"),
         "zero_unmade": Mistake(hint="zero_shard"),
         "zero_not_params": Mistake(hint="zero_shard"),
         "zero_kept": Mistake(hint="zero_shard"),
