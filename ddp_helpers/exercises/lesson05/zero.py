@@ -31,11 +31,10 @@ MESSAGES = messages(
         "hint.zero_shard": (
             "Every rank works out the same table of owners, from the same parameters in the "
             "same order, so no message is needed: keep the trainable parameters (the frozen "
-            "one has no gradient), sort them by size, largest first, and give each to the rank "
-            "that owns the fewest elements so far (dist.get_world_size() ranks, numbered by "
-            "dist.get_rank()). This rank's optimizer is make_optimizer over the parameters it "
-            "owns, and only those. Keep the table and the optimizer on self: each "
-            "ShardedOptimizer its own."
+            "one has no gradient) and let owners_by_size(params, dist.get_world_size()), given "
+            "above the class, give each its owner. This rank's optimizer is make_optimizer "
+            "over the parameters it owns (owner == dist.get_rank()), and only those. Keep the "
+            "table and the optimizer on self: each ShardedOptimizer its own."
         ),
         "hint.zero_step": (
             "DDP's backward has already averaged every gradient: step() reduces nothing "
@@ -44,13 +43,11 @@ MESSAGES = messages(
             "parameter's owner, so that each update reaches every rank."
         ),
         "hint.zero_code": (
-            "In __init__, with world = dist.get_world_size() and rank = dist.get_rank(): "
-            "self.params = [p for p in params if p.requires_grad]; held = [0] * world; "
-            "self.owner = {{}}; for p in sorted(self.params, key=lambda p: p.numel(), "
-            "reverse=True): self.owner[p] = held.index(min(held)); held[self.owner[p]] += "
-            "p.numel(); then self.optimizer = make_optimizer([p for p in self.params if "
-            "self.owner[p] == rank]). In step(): self.optimizer.step(), then for p in "
-            "self.params: dist.broadcast(p.detach(), src=self.owner[p])."
+            "In __init__: self.params = [p for p in params if p.requires_grad]; self.owner = "
+            "owners_by_size(self.params, dist.get_world_size()); then self.optimizer = "
+            "make_optimizer([p for p in self.params if self.owner[p] == dist.get_rank()]). In "
+            "step(): self.optimizer.step(), then for p in self.params: "
+            "dist.broadcast(p.detach(), src=self.owner[p])."
         ),
         "zero_shape": (
             "ShardedOptimizer(params, make_optimizer) made an object of type {got}, which has "
@@ -178,6 +175,15 @@ MESSAGES = messages(
 )
 
 
+def owners_by_size(params, world_size):
+    """Each parameter's owner: largest first, to the rank owning the fewest elements so far."""
+    held, owner = [0] * world_size, {}
+    for p in sorted(params, key=lambda p: p.numel(), reverse=True):
+        owner[p] = held.index(min(held))
+        held[owner[p]] += p.numel()
+    return owner
+
+
 class ShardedOptimizer:
     """ZeRO-1: this rank keeps, and steps, the optimizer state of its shard of the parameters."""
 
@@ -188,11 +194,7 @@ class ShardedOptimizer:
         import torch.distributed as dist
 
         self.params = [p for p in params if p.requires_grad]  # the frozen ones have no state
-        held = [0] * dist.get_world_size()  # elements each rank owns so far
-        self.owner = {}
-        for p in sorted(self.params, key=lambda p: p.numel(), reverse=True):
-            self.owner[p] = held.index(min(held))  # the rank with the fewest elements
-            held[self.owner[p]] += p.numel()
+        self.owner = owners_by_size(self.params, dist.get_world_size())
         mine = [p for p in self.params if self.owner[p] == dist.get_rank()]
         self.optimizer = make_optimizer(mine)
         # END SOLUTION
