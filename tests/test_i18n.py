@@ -189,6 +189,33 @@ def test_the_japanese_catalog_has_every_message_with_the_same_fields():
             ), f"{domain}:{key} is not translated"
 
 
+def test_a_list_of_numbers_takes_its_counter_after_each_item_in_japanese():
+    """「2 ランクと 3 ランク」, never 「2 と 3 ランク」: a format spec after a list field follows
+    each item (texts._Joined); the checks of 4.1, 4.2 and 4.4 say so in the notebook."""
+    from ddp_helpers.exercises.capstone import MESSAGES as capstone
+    from ddp_helpers.exercises.lesson04.evaluate import MESSAGES as evaluate
+    from ddp_helpers.exercises.lesson04.loader import MESSAGES as loader
+    from ddp_helpers.exercises.texts import Phrase, Texts, and_list
+
+    two = and_list([2, 3])
+    with i18n.using("ja"):
+        shown = [
+            Texts(capstone).text("ok", worlds=two, epochs=and_list([3, 5]), diff=0.0, tol=1e-6),
+            Texts(loader).text(
+                "loader_ok", lengths=and_list([72, 120]), batches=and_list([12, 24]), worlds=two
+            ),
+            Texts(evaluate).text("eval_ok", ranks=two, cases=Phrase("eval_case", n=9, want=8)),
+        ]
+        assert Texts({"k": "{v: 個}"}).text("k", v=and_list([1, 2, 3])) == "1 個、2 個と 3 個"
+    assert "2 ランクと 3 ランク" in shown[0] and "3 エポックと 5 エポック" in shown[0]
+    assert "要素 72 個と 120 個" in shown[1]
+    for text in shown:
+        assert not re.search(r"\d と \d+ (ランク|個|エポック)", text), text
+    with i18n.using("en"):
+        english = Texts(loader).text("loader_ok", lengths=two, batches=two, worlds=two)
+    assert english.startswith("On the check's own data sets (2 and 3 items")
+
+
 def test_a_message_answers_in_the_current_language_and_falls_back_to_english():
     table = i18n.Messages("test.fallback", {"hello": "Hello {name}", "only_en": "Only English"})
     try:
@@ -302,6 +329,21 @@ def _japanese_texts():
         if page == "glossary.md":  # its first column is the English term, on purpose
             text = re.sub(r"^\|[^|\n]*\|", "|", text, flags=re.M)
         yield f"lessons/ja/{page}", _FENCE.sub(" ", text)
+    yield "lessons/ja/ddp_recipe.py", "\n".join(_script_words(RECIPE_SCRIPT_JA))
+
+
+# The last page's script (recipe.md quotes it): its docstring and comments are Japanese text.
+RECIPE_SCRIPT_JA = ROOT / "lessons" / "ja" / "ddp_recipe.py"
+
+
+def _script_words(path: Path) -> list[str]:
+    """A script's docstring and its comments, the words a reader of the script reads."""
+    import ast
+
+    from ja_guard import comments
+
+    source = path.read_text(encoding="utf-8")
+    return [ast.get_docstring(ast.parse(source)) or "", *comments(source)]
 
 
 def test_no_english_joins_japanese_text_in_any_output_message_or_cell():
@@ -462,6 +504,9 @@ def test_the_japanese_notebooks_code_comments_and_printed_labels_are_japanese():
                         spoken.add(cell.get("id"))
                     else:
                         problems.append(f"{where}: prints {line.strip()[:100]}")
+    script = RECIPE_SCRIPT_JA.relative_to(ROOT)  # its printed lines stay English (recipe.md)
+    comments_of_script = _script_words(RECIPE_SCRIPT_JA)[1:]
+    problems += [f"{script}: {c}" for c in comments_of_script if english_comment(c)]
     assert problems == [], "\n".join(problems)
     assert spoken == set(ENGLISH_OF_OTHERS), "no English left: drop these from the list"
 

@@ -97,8 +97,10 @@ def measure_models(ranks=(1, 2), repeats: int = 3, **kwargs) -> dict[str, dict[i
     chosen = kwargs.pop("steps", None)
     for key, (hidden, layers) in MODELS.items():
         name = MESSAGES[f"model.{key}"]
-        # A step of the wide model costs ~100x more: fewer steps take about as long.
-        steps = chosen or (60 if hidden < 100 else 10)
+        # A step of the wide model costs ~100x more: fewer steps take about as long (some
+        # tenths of a second on one core), so that one pause of a shared machine does not
+        # decide the figure (60 steps of the small model, 30 ms, once showed 3.65x on 2 ranks).
+        steps = chosen or (600 if hidden < 100 else 10)
         out[name] = measure_scaling(
             ranks, repeats, steps=steps, hidden=hidden, layers=layers, **kwargs
         )

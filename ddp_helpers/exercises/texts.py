@@ -162,7 +162,7 @@ class Texts:
     """Where an exercise's text is found: its module's table, then this module's.
 
     A field that is a Phrase is made into text from the same tables, a Listed one item by
-    item.
+    item (a format spec after its name, `{lengths: 個}`, follows each item: _Joined).
     """
 
     def __init__(self, *tables):
@@ -185,11 +185,30 @@ class Texts:
         if isinstance(value, Phrase):
             return self.text(value.key, **value.fields)
         if isinstance(value, Listed):
-            items = [self._value(v) for v in value.items]
-            if value.last_with_and:
-                return i18n.and_listed(items, groups=value.groups)
-            return i18n.listed(items)
+            return _Joined([self._value(v) for v in value.items], value)
         return value
+
+
+class _Joined(str):
+    """A Listed field made into text. A template may give it a format spec, which then
+    follows each item: Japanese counts every number, so `{worlds: ランク}` is
+    「2 ランクと 3 ランク」 where `{worlds}` is "2 and 3" (never 「2 と 3 ランク」)."""
+
+    def __new__(cls, items: list, listed: Listed):
+        joined = super().__new__(cls, cls._join(items, listed))
+        joined.items, joined.listed = items, listed
+        return joined
+
+    @staticmethod
+    def _join(items: list, listed: Listed) -> str:
+        if listed.last_with_and:
+            return i18n.and_listed(items, groups=listed.groups)
+        return i18n.listed(items)
+
+    def __format__(self, spec: str) -> str:
+        if not spec:
+            return str(self)
+        return self._join([f"{item}{spec}" for item in self.items], self.listed)
 
 
 def status_names() -> dict[CheckStatus, str]:

@@ -3,7 +3,7 @@
 
     torchrun --standalone --nproc-per-node 2 ddp_recipe.py
 
-マシンにランクの数だけ GPU がなければ gloo、あれば nccl（ランクごとに GPU 1 つ）を使います。
+マシンにランクの数だけ GPU がなければ gloo、あれば nccl（ランクごとに GPU 1 基）を使います。
 合成データでの小さな回帰です。CPU で数秒で終わります。
 """
 
@@ -61,7 +61,7 @@ def main(epochs, checkpoint):
         # ステップ 4 · 各エポックの最初に set_epoch: 呼ばないと、どのエポックもエポック 0 の
         # 順序を繰り返す。
         sampler.set_epoch(epoch)
-        summed = torch.zeros(2, device=device)  # このランクの 損失 × サンプル数 と サンプル数
+        summed = torch.zeros(2, device=device)  # このランクの（損失 × サンプル数）の和とサンプル数
         for x, y in loader:
             # ステップ 5 · バッチをデバイスへ。順伝播、逆伝播（ここで DDP が勾配を平均する）、
             # ステップ。全ランクで同じ。
@@ -75,7 +75,7 @@ def main(epochs, checkpoint):
         if rank == 0:  # 出力はランク 0 だけ
             print(f"epoch {epoch}: mean loss {(summed[0] / summed[1]).item():.4f}")
 
-    # ステップ 6 · ジョブ全体で 1 回だけ保存: グローバルランク 0 が、素のモデルの状態を
+    # ステップ 6 · ジョブ全体で 1 回だけ保存: グローバルランク 0 が素のモデルの状態を保存する
     # （DDP 自身のキーは `module.` で始まる）。続いて、`if` の外で全ランクがバリア。
     # ファイルが書き終わる前に読むランクが出ないように。
     if rank == 0:

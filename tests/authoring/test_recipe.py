@@ -51,11 +51,11 @@ def _cells(lang: str, notebook: str) -> dict[str, str]:
 
 
 def _unquoted(phrase: str) -> str:
-    """A phrase as the cell holds it: `code` or "text", the quotes off."""
-    for left, right in (("`", "`"), ('"', '"')):
+    """A phrase as the cell holds it: `code`, "text" or 「Japanese text」, the quotes off."""
+    for left, right in (("`", "`"), ('"', '"'), ("「", "」")):
         if len(phrase) > 1 and phrase.startswith(left) and phrase.endswith(right):
             return phrase[1:-1]
-    raise AssertionError(f'a phrase in `backticks` or "quotes": {phrase}')
+    raise AssertionError(f'a phrase in `backticks`, "quotes" or 「」: {phrase}')
 
 
 def rows(lang: str) -> list[dict]:
