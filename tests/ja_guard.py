@@ -10,7 +10,8 @@ What a rule catches (each class the Japanese editor's read found that a rule can
   translates left bare (forward, backward, overlap), lower-case English alone in
   parentheses ("(measured)");
 - typography: a space after 。, `x` between numbers where Japanese writes ×, half-width
-  parentheses around Japanese;
+  parentheses around Japanese, a number joined to Japanese without its half-width space
+  (「8 基で230 GB/s」);
 - the glossary's counters (GPUs counted with 基; `2 マシン × 2 ランク`, not マシン 2 台 × 2 ランク)
   and its banned renderings (フォワード for 順伝播, 「return した」 for 関数から戻った, あなた for
   自分, the long-vowel パラメーター and バッファー for パラメータ and バッファ);
@@ -55,6 +56,8 @@ GPU_COUNTER = re.compile(
 # "2 マシン x 2 ランク": Japanese multiplies with ×.
 TIMES = re.compile(r"(?:\d|[\u3040-\u30ff\u3400-\u9fff）)])\s*x\s*\d")
 # Japanese inside half-width parentheses: （…） in Japanese text.
+# A digit against kana or kanji, either side: 「で230」, 「230個」 (outside backticks and quotes).
+NUMBER_JOINED = re.compile(r"[\u3040-\u30ff\u3400-\u9fff][0-9]|[0-9][\u3040-\u30ff\u3400-\u9fff]")
 HALF_WIDTH_PARENTHESES = re.compile(r"\([^()（）]*[\u3040-\u30ff\u3400-\u9fff][^()（）]*\)")
 # Renderings the glossary rejects: the term it chose instead.
 REJECTED = {
@@ -117,6 +120,8 @@ def english_in_japanese(line: str) -> list[str]:
     found += [f"{bad} (the glossary says {good})" for bad, good in REJECTED.items() if bad in text]
     if NOTE_PREFIX.search(text):
         found.append("注意: (a note is 注:)")
+    if NUMBER_JOINED.search(text):
+        found.append("a number joined to Japanese (a half-width space between them)")
     if MACHINES_TIMES_RANKS.search(text):
         found.append("マシン N 台 × N ランク (the glossary says N マシン × N ランク)")
     return found

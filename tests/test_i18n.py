@@ -285,6 +285,9 @@ def test_the_guard_catches_what_it_is_for():
     assert _english_in_japanese("マシン {machines} 台 × {local} ランクで、勾配が 2 倍です")
     assert not _english_in_japanese("2 マシン × 2 ランクで、勾配が 2 倍です")
     assert not _english_in_japanese("模擬マシン 2 台に分けます")
+    assert _english_in_japanese("A100 8 基で230〜250 GB/s です")  # a number joined to Japanese
+    assert _english_in_japanese("要素 72 と120個")
+    assert not _english_in_japanese("A100 8 基で 230〜250 GB/s、`rank0` と `cuda:0`")
 
 
 def test_the_guard_catches_english_in_the_japanese_code_and_what_it_prints():

@@ -86,12 +86,12 @@ except ImportError:
     from importlib.metadata import version
 
     %pip install --quiet "{requirement}" "torch=={{version('torch')}}"
-    # 見つからない場合は、上に pip が理由を表示しています
+    # 見つからない場合は、上に pip が理由を表示している
     # （{torch}。Kaggle ではインターネットをオン）
     import ddp_helpers""",
         "from_copy": """\
-# セットアップ: 本コースのパッケージは `make lab` なら入っています。ほかのカーネル（自分の Jupyter、
-# VS Code、conda）では、先にコースのコピーからインストールしてください: %pip install <コピーのパス>
+# セットアップ: 本コースのパッケージ（`make lab` の環境には入っている）。ほかのカーネル（自分の
+# Jupyter、VS Code、conda）では、先にコースのコピーからインストールする: %pip install <コピーのパス>
 try:
     import ddp_helpers
 except ImportError:
@@ -109,8 +109,8 @@ except ImportError:
 LANGUAGE_TAG = "course-language"
 LANGUAGE_CELL = {
     "ja": """\
-# このノートブックの言語: チェックとランチャーのメッセージが日本語になります
-# （Jupyter を起動する前に DDP_HELPERS_LANG=en を設定すると英語になります）。
+# このノートブックの言語: チェックとランチャーのメッセージを日本語にする
+# （Jupyter の起動前に DDP_HELPERS_LANG=en を設定すれば英語になる）
 import ddp_helpers
 
 ddp_helpers.use_language("ja")""",

@@ -1,10 +1,10 @@
-"""DDP のレシピを torchrun 用の 1 本のスクリプトにしたもの。7 つのステップに番号を付けています。
-隣の recipe.md が各ステップを説明し、よくあるバグを一覧にしています。
+"""DDP のレシピを torchrun 用の 1 本のスクリプトにしたもの。7 つのステップに番号を付けてある。
+隣の recipe.md が各ステップを説明し、よくあるバグを一覧にしている。
 
     torchrun --standalone --nproc-per-node 2 ddp_recipe.py
 
-マシンにランクの数だけ GPU がなければ gloo、あれば nccl（ランクごとに GPU 1 基）を使います。
-合成データでの小さな回帰です。CPU で数秒で終わります。
+マシンにランクの数だけ GPU がなければ gloo、あれば nccl（ランクごとに GPU 1 基）を使う。
+合成データでの小さな回帰で、CPU なら数秒で終わる。
 """
 
 import argparse
