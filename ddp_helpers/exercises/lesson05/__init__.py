@@ -8,3 +8,4 @@ from __future__ import annotations
 from .common import make_batches as make_batches
 from .common import make_model as make_model
 from .common import my_rows as my_rows
+from .fsdp import q3 as q3
