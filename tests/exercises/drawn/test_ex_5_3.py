@@ -25,10 +25,10 @@ from drawn_answers.ex_5_3 import (
 )
 from lesson05_support import (
     assert_declared_time,
-    assert_japanese,
-    assert_named,
+    assert_right_passes,
     assert_space_by_its_rules,
     assert_space_seen_drawn,
+    assert_wrong_named,
 )
 
 from ddp_helpers.exercises.lesson05 import fsdp
@@ -44,17 +44,13 @@ def _name(value):
 
 
 @pytest.mark.parametrize(("answer", "key"), WRONG, ids=_name)
-def test_a_wrong_train_fsdp_is_named_by_its_mistake(answer, key):
-    result = EX.grade(answer)
-    assert_named(EX, result, key)
-    assert_japanese(result)
+def test_a_wrong_train_fsdp_is_named_by_its_mistake(answer, key, monkeypatch):
+    assert_wrong_named(EX, answer, key, monkeypatch)
 
 
 @pytest.mark.parametrize("answer", RIGHT, ids=_name)
 def test_a_right_train_fsdp_written_otherwise_passes(answer):
-    result = EX.grade(answer)  # the grader's extra cases included
-    assert result.passed, str(result)
-    assert_japanese(result)
+    assert_right_passes(EX, answer)
 
 
 def test_every_mistake_of_5_3_is_made_by_some_answer():
