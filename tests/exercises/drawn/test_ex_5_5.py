@@ -42,7 +42,7 @@ def test_a_right_load_sharded_written_otherwise_passes(answer):
 
 
 def test_every_mistake_of_5_5_is_made_by_some_answer_or_judged():
-    made = {key for _, key in WRONG} | {"resume_resume"}  # judged: test_a_resume_that_...
+    made = {key for _, key in WRONG} | {"ckpt_resumed"}  # judged: test_a_resume_that_...
     assert made == set(EX.mistakes) - {"mismatch"}
     assert len(WRONG) >= 3 and len(RIGHT) >= 2
 
@@ -64,7 +64,7 @@ def test_a_resume_that_leaves_the_run_that_never_stopped_is_named():
     state = {"model": {"w": torch.ones(2)}, "state": {}, "groups": [{"lr": 0.005}]}
     saving = {"saved": state, "after": {"w": torch.ones(2)}}
     loading = {"loaded": state, "entries": 1, "after": {"w": torch.ones(2) + 1e-3}}
-    assert_judged(EX, lambda: resume._judge_load(saving, loading, 3), "resume_resume")
+    assert_judged(EX, lambda: resume._judge_load(saving, loading, 3), "ckpt_resumed")
 
 
 def test_5_5_declares_its_space_by_the_rules():
