@@ -16,6 +16,36 @@ from ddp_helpers import i18n
 from support import ROOT
 
 
+def assert_wrong_named(ex, answer, key: str, monkeypatch, launches=None) -> None:
+    """The grader's verdict on a wrong answer names `key`, in English and in Japanese. A hang
+    is found sooner than at the check's own limit: `launches`, the module whose
+    run_on_ranks the check calls, is given HANG_HERE seconds."""
+    if key == "hang":
+        real = launches.run_on_ranks
+        shorter = lambda *a, **k: real(*a, **{**k, "timeout": HANG_HERE})  # noqa: E731
+        monkeypatch.setattr(launches, "run_on_ranks", shorter)
+    result = ex.grade(answer)
+    assert_named(ex, result, key)
+    assert_japanese(result)
+
+
+def assert_right_passes(ex, answer) -> None:
+    """A right answer passes, the grader's extra cases included; its words hold in Japanese."""
+    result = ex.grade(answer)
+    assert result.passed, str(result)
+    assert_japanese(result)
+
+
+def assert_judged(ex, judge, key: str) -> None:
+    """A mistake no answer can reach first, named from a record its judge is given."""
+    result = ex._run(lambda answer: judge(), None)
+    assert_named(ex, result, key)
+    assert_japanese(result)
+
+
+HANG_HERE = 10  # s: a hang named sooner than the checks' 30 (a launch takes 1-3 s here)
+
+
 def assert_named(ex, result, key: str) -> None:
     """As test_answers.assert_named: the key, its message in what is shown, a title without
     fields, the hint the mistake names (never the last, which may show the answer)."""

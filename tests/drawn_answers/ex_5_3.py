@@ -25,13 +25,17 @@ def _train(model, optimizer, batches, forward=None):
     return losses
 
 
-def fsdp_optimizer_made_before_sharding(model, mesh, make_optimizer, batches):
+def _shard(model, mesh):
     from torch.distributed.fsdp import fully_shard
 
-    optimizer = make_optimizer(model.parameters())  # as with DDP: first the optimizer
     for block in model.blocks:
         fully_shard(block, mesh=mesh)
     fully_shard(model, mesh=mesh)
+
+
+def fsdp_optimizer_made_before_sharding(model, mesh, make_optimizer, batches):
+    optimizer = make_optimizer(model.parameters())  # as with DDP: first the optimizer
+    _shard(model, mesh)
     return _train(model, optimizer, batches)
 
 
@@ -55,11 +59,8 @@ def fsdp_nothing_sharded(model, mesh, make_optimizer, batches):
 
 
 def fsdp_forward_past_the_hooks(model, mesh, make_optimizer, batches):
-    from torch.distributed.fsdp import fully_shard
 
-    for block in model.blocks:
-        fully_shard(block, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+    _shard(model, mesh)
     return _train(model, make_optimizer(model.parameters()), batches, forward=model.forward)
 
 
@@ -94,21 +95,15 @@ def fsdp_three_blocks_by_index(model, mesh, make_optimizer, batches):
 
 def fsdp_its_own_adam(model, mesh, make_optimizer, batches):
     import torch
-    from torch.distributed.fsdp import fully_shard
 
-    for block in model.blocks:
-        fully_shard(block, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+    _shard(model, mesh)
     return _train(model, torch.optim.Adam(model.parameters(), lr=1e-3), batches)
 
 
 def fsdp_returns_the_loss_tensors(model, mesh, make_optimizer, batches):
     import torch
-    from torch.distributed.fsdp import fully_shard
 
-    for block in model.blocks:
-        fully_shard(block, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+    _shard(model, mesh)
     optimizer = make_optimizer(model.parameters())
     losses = []
     for x, y in batches:
@@ -122,11 +117,8 @@ def fsdp_returns_the_loss_tensors(model, mesh, make_optimizer, batches):
 
 def fsdp_summed_loss(model, mesh, make_optimizer, batches):
     import torch
-    from torch.distributed.fsdp import fully_shard
 
-    for block in model.blocks:
-        fully_shard(block, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+    _shard(model, mesh)
     optimizer = make_optimizer(model.parameters())
     losses = []
     for x, y in batches:
@@ -140,11 +132,8 @@ def fsdp_summed_loss(model, mesh, make_optimizer, batches):
 
 def fsdp_gradients_never_zeroed(model, mesh, make_optimizer, batches):
     import torch
-    from torch.distributed.fsdp import fully_shard
 
-    for block in model.blocks:
-        fully_shard(block, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+    _shard(model, mesh)
     optimizer = make_optimizer(model.parameters())
     losses = []
     for x, y in batches:
@@ -159,11 +148,8 @@ _sharded_optimizer: list = []
 
 
 def fsdp_the_optimizer_kept_from_the_first_call(model, mesh, make_optimizer, batches):
-    from torch.distributed.fsdp import fully_shard
 
-    for block in model.blocks:
-        fully_shard(block, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+    _shard(model, mesh)
     if not _sharded_optimizer:  # made once: Adam's state is the expensive part
         _sharded_optimizer.append(make_optimizer(model.parameters()))
     return _train(model, _sharded_optimizer[0], batches)
