@@ -523,8 +523,9 @@ def test_the_japanese_figures_are_numbered_by_lesson_and_each_has_one_caption(pa
     # 図 N-M: N the lesson's number without a zero, M from 1 in order of the captions, every
     # reference to a captioned figure of this lesson (the editor: one style in every lesson).
     lesson = int(path.stem[:2])
-    text = "\n".join(c.source for c in nbformat.read(_ja(path), as_version=4).cells
-                     if c.cell_type == "markdown")
+    text = "\n".join(
+        c.source for c in nbformat.read(_ja(path), as_version=4).cells if c.cell_type == "markdown"
+    )
     captions = [(int(n), int(m)) for n, m in CAPTION.findall(text)]
     assert [m for _, m in captions] == list(range(1, len(captions) + 1)), captions
     assert {n for n, _ in captions} <= {lesson}, captions

@@ -194,6 +194,21 @@ def _with_switch(page, lang: str, name: str, languages: list[str]):
     return page
 
 
+def _globs_that_match(index: str, lessons: list[str]) -> str:
+    """The home page without the contents' globs of lessons that no notebook matches: the
+    optional lesson after the last page has a glob of its own (`0[5-9]_*`), which a copy of
+    the course without it would leave empty, and Sphinx counts an empty glob as an error."""
+    import fnmatch
+
+    def kept(line: str) -> bool:
+        pattern = line.strip()
+        if not pattern.startswith("0") or not any(c in pattern for c in "*["):
+            return True
+        return any(fnmatch.fnmatch(name, pattern) for name in lessons)
+
+    return "".join(line for line in index.splitlines(keepends=True) if kept(line))
+
+
 def write_sources(root: Path, src: Path) -> list[str]:
     """Sphinx's source folder: site/index.md, a page per lesson and the last page with its
     script; for each translation, site/<lang>/index.md and its pages under <lang>/, each
@@ -209,7 +224,9 @@ def write_sources(root: Path, src: Path) -> list[str]:
     for lang in languages:
         sub = _folder(lang)
         (src / sub).mkdir(exist_ok=True)
-        shutil.copy(root / "site" / sub / "index.md", src / sub / "index.md")
+        index = (root / "site" / sub / "index.md").read_text(encoding="utf-8")
+        lessons = [p.stem for p in _solutions(root / "solutions" / sub)]
+        (src / sub / "index.md").write_text(_globs_that_match(index, lessons), encoding="utf-8")
         recipe = (root / "lessons" / sub / RECIPE).read_text(encoding="utf-8")
         (src / sub / RECIPE).write_text(site_recipe(recipe), encoding="utf-8")
         shutil.copy(root / "lessons" / sub / RECIPE_SCRIPT, src / sub / RECIPE_SCRIPT)

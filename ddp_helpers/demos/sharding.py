@@ -470,7 +470,7 @@ def bytes_sent_per_step(world_size: int = 2, width: int = WIDTH, depth: int = DE
        {"op", "phase", "bytes" (its whole tensor's), "sent" (each rank's in a ring; None for
        a broadcast, whose bytes depend on the rank)},
      "ran": {"ddp": [...], "fsdp": [...]}: what gloo ran for them, each {"op", "bytes", "sent"},
-     "sent": {"ddp": bytes, "fsdp": bytes}: each rank's, the calls in a ring (5.2's model),
+     "sent": {"ddp": bytes, "fsdp": bytes}: each rank's, the calls in a ring (5.3's model),
      "sent_as_run": {"ddp": bytes, "fsdp": bytes}: each rank's, what gloo ran in a ring}."""
     from ..launcher import launch
 

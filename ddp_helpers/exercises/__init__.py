@@ -9,6 +9,7 @@ LESSONS = {
     "02": "process_group",
     "03": "ddp_wrap",
     "04": "sampler_and_checkpoint",
+    "05": "sharding",  # optional, after the course (README): sharding the memory
 }
 
 

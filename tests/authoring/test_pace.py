@@ -10,6 +10,7 @@ import nbformat
 import pytest
 
 from ddp_helpers.authoring import pace
+from ddp_helpers.exercises import LESSONS
 from support import ROOT
 
 
@@ -69,10 +70,10 @@ def test_the_command_prints_every_lesson_part_by_part():
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
     cores = [line for line in lines if not line.startswith(" ")]
-    assert [line[:3] for line in cores] == ["01:", "02:", "03:", "04:"]
+    assert [line[:3] for line in cores] == [f"{lesson}:" for lesson in LESSONS]
     assert all("prose" in line and "exercises" in line for line in cores)
     further = [line for line in lines if line.startswith("    going further: ")]
-    assert len(further) == 4 and "What communication costs" in further[2]
+    assert len(further) == len(LESSONS) and "What communication costs" in further[2]
 
 
 def _further_notebook():
@@ -145,7 +146,7 @@ def test_stated_minutes_round_half_up_and_the_list_adds_up_to_the_total():
     assert sum(counted.section_minutes) == counted.further_rounded
 
 
-@pytest.mark.parametrize("lesson", ["01", "02", "03", "04"])
+@pytest.mark.parametrize("lesson", list(LESSONS))
 def test_every_time_the_solutions_state_is_the_count_in_both_editions(lesson):
     assert pace.write(check=True, lessons=[lesson]) == [], (
         f"run: python -m ddp_helpers pace --write --only {lesson}, then build"

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from ddp_helpers.exercises import _core, exercises_of
+from ddp_helpers.exercises import LESSONS, _core, exercises_of
 
-EXERCISES = [ex for lesson in ("01", "02", "03", "04") for ex in exercises_of(lesson)]
+EXERCISES = [ex for lesson in LESSONS for ex in exercises_of(lesson)]
 
 
 def _nothing():

@@ -688,7 +688,8 @@ def test_expect_ddp_warms_the_running_zygote_and_every_later_zygote(monkeypatch)
 
 
 @pytest.mark.parametrize(
-    ("lesson", "expects"), [("01", False), ("02", False), ("03", True), ("04", True)]
+    ("lesson", "expects"),
+    [("01", False), ("02", False), ("03", True), ("04", True), ("05", True)],
 )
 def test_a_lesson_that_builds_ddp_models_expects_ddp_where_its_notebook_starts(lesson, expects):
     """Importing a lesson's checks changes no launcher state (the grader imports them all);

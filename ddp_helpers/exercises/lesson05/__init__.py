@@ -1,15 +1,30 @@
 """Exercises of lesson 05, sharding the memory (`from ddp_helpers.exercises import lesson05`).
 
-Not yet a lesson: LESSONS in exercises/__init__.py lists it once its notebooks exist. One
-module per exercise; common holds the model and batches the cells and checks share."""
+One module per exercise, each with its words, reference, judge and Exercise: 5.1 zero
+(ZeRO-1 by hand), 5.2 fsdp (FSDP2's fully_shard); Going further: 5.3 traffic (the bytes a
+step sends), 5.4 checkpoint (save_sharded) and 5.5 resume (load_sharded), whose round trip
+is round_trip's. common holds the model and the batches the cells and checks share."""
 
 from __future__ import annotations
 
-from .checkpoint import q4 as q4
+from .._core import progress as _progress
+from .checkpoint import q4 as q4  # exercise 5.4, save_sharded (Going further)
 from .common import make_batches as make_batches
 from .common import make_model as make_model
 from .common import my_rows as my_rows
+from .fsdp import q2 as q2  # exercise 5.2, FSDP2: train_fsdp
+from .resume import q5 as q5  # exercise 5.5, load_sharded (Going further)
+from .traffic import q3 as q3  # exercise 5.3, the bytes a step sends (Going further)
 from .zero import q1 as q1  # exercise 5.1, ZeRO-1 by hand: ShardedOptimizer
-from .traffic import q2 as q2  # exercise 5.2, the bytes a step sends: predict_bytes_sent
-from .fsdp import q3 as q3
-from .resume import q5 as q5
+
+# This lesson's checks train DDP beside the answer (5.1, 5.2): its notebook's %load_ext and
+# the grader's scorer ask the launcher to expect it (launcher.expect_ddp).
+BUILDS_DDP = True
+
+# In the notebook's order: the core path (5.1, 5.2), then Going further (5.3 to 5.5).
+EXERCISES = [q1, q2, q3, q4, q5]
+
+
+def progress() -> None:
+    """Which exercises of lesson 05 pass, checked against this notebook's definitions."""
+    _progress(EXERCISES, "05")

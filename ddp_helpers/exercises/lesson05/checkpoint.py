@@ -180,4 +180,5 @@ q4 = Exercise(
     space=SPACE,
     hang_timeout=HANG,
     run_time=RUN_TIME,
+    further=True,
 )

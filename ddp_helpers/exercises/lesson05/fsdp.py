@@ -1,4 +1,4 @@
-"""5.3 train_fsdp: FSDP2 on a DeviceMesh, each block then the root, the optimizer after.
+"""5.2 train_fsdp: FSDP2 on a DeviceMesh, each block then the root, the optimizer after.
 
 The check runs the answer on 2 and 3 ranks (uneven shards) and trains DDP beside it, from
 the same weights on the same rows with the same optimizer: FSDP2 must give its losses and
@@ -153,7 +153,7 @@ def train_fsdp(model, mesh, make_optimizer, batches):
 # FSDP2's reduce-scatter sums first and divides after (float32: ReduceOp.AVG; float64: / 2
 # before and / 1.5 after, on 3 ranks), and the ranks' terms are added in another order. On 2
 # ranks halving is exact and a + b = b + a, so the two agree bit for bit; on 3 they differ in
-# the last bit of some gradients, which Adam carries on. tests/exercises/drawn/test_ex_5_3.py
+# the last bit of some gradients, which Adam carries on. tests/exercises/drawn/test_ex_5_2.py
 # establishes each of these. Measured, in units of the dtype's eps relative to max(1, |DDP's
 # value|), losses and weights: 2 ranks 0; 3 ranks at most 2 over 12 models x float32 and
 # float64 x 3 steps with Adam and with SGD, and at most 1 on the check's own draws (the test
@@ -163,7 +163,7 @@ TOLERANCE = 64  # units of the dtype's eps, relative to max(1, |DDP's value|)
 LR = 0.01  # the spy's Adam
 # The blocks whose full weights a rank holds at once during the forward pass when each block
 # is sharded: the one running, the one before it freed already (measured at each block's
-# forward on the reference, tests/exercises/drawn/test_ex_5_3.py); the root alone holds all.
+# forward on the reference, tests/exercises/drawn/test_ex_5_2.py); the root alone holds all.
 PER_BLOCK_HELD = 1
 HANG = 20  # s: a launch takes 0.5-3 s here (2 cores), the first FSDP2 use in a rank included
 RUN_TIME = 60.0  # s: the check and the grader's extra cases, 3 x 2 launches (1 + 2.3 s here)
@@ -201,7 +201,7 @@ def _draws(seed: int) -> list[tuple[int, str, list[dict]]]:
     two calls in one process differ in depth and width."""
     import random
 
-    draw = random.Random(f"5.3/{seed}")
+    draw = random.Random(f"5.2/{seed}")
     runs = []
     for i, world in enumerate(WORLDS):
         depths, widths = draw.sample(DEPTHS, 2), draw.sample(WIDTHS, 2)
@@ -547,8 +547,8 @@ def _hidden_fsdp(fn) -> Phrase:
     return detail
 
 
-q3 = Exercise(
-    "5.3",
+q2 = Exercise(
+    "5.2",
     "train_fsdp",
     _check_fsdp,
     train_fsdp,

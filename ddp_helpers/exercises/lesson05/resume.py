@@ -122,4 +122,5 @@ q5 = Exercise(
     space=SPACE,
     hang_timeout=HANG,
     run_time=RUN_TIME,
+    further=True,
 )

@@ -1,4 +1,4 @@
-"""5.2 predict_bytes_sent: the bytes each rank sends in a step, DDP against full sharding.
+"""5.3 predict_bytes_sent: the bytes each rank sends in a step, DDP against full sharding.
 
 Lesson 03's ring (exercise 3.5, lesson03/traffic.py) carries over: each pass around a ring of
 N ranks sends (N - 1)/N of the tensor from each rank. DDP's all-reduce of the gradients is two
@@ -236,8 +236,8 @@ def _hidden_traffic(fn) -> Phrase:
     return detail
 
 
-q2 = Exercise(
-    "5.2",
+q3 = Exercise(
+    "5.3",
     "predict_bytes_sent",
     _check_traffic,
     predict_bytes_sent,
@@ -256,4 +256,5 @@ q2 = Exercise(
     },
     hidden=_hidden_traffic,
     space=SPACE,
+    further=True,
 )
