@@ -1,8 +1,6 @@
-"""What the tests of lesson 05's exercises share while lesson 05 is not in LESSONS: the holds
-the course-wide tests put on every registered exercise (tests/exercises/test_answers.py's
-assert_named and assert_japanese, test_spaces.py's rules and watch, test_checks.py's time),
-run on one exercise. Once lesson 05 is registered those tests hold its exercises too, and
-this module can go."""
+"""What the tests of lesson 05's own cases share: the holds tests/exercises/test_answers.py
+puts on a verdict (assert_named, assert_japanese), for a case built by hand or judged from
+a record."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
 """Exercise 5.2's answers: each wrong one makes the mistake its name says (the optimizer made
 before sharding, the root alone sharded, the blocks alone, model.forward past the hooks, a
-mesh of its own, a depth of its own, ...); the right ones are written other ways.
-
-Lesson 05 is not in LESSONS yet, so nothing joins these to the sweep of
-tests/exercises/test_answers.py: tests/exercises/drawn/test_ex_5_2.py runs them itself. Once
-lesson 05 is registered, DRAWN below becomes ANSWERS (and test_answers.py's SWEEP gets a
-"5.2" entry for the loop that joins DRAWN to it)."""
+mesh of its own, a depth of its own, ...); the right ones are written other ways."""
 
 from __future__ import annotations
 
@@ -246,5 +241,5 @@ ANSWERS = {
     ),
 }
 
-# Joined to the sweep once lesson 05 is in LESSONS (see the docstring): DRAWN = ANSWERS.
+# Joined to the sweep of tests/exercises/test_answers.py.
 DRAWN = ANSWERS

@@ -1,11 +1,6 @@
 """Exercise 5.5's answers (load_sharded): each wrong one makes the mistake its name says (the
 state loaded and never applied, the optimizer left out, plain state dicts to load into, the
-whole state to load into, dcp.load on rank 0 alone); the right ones are written other ways.
-
-Lesson 05 is not in LESSONS yet, so nothing joins these to the sweep of
-tests/exercises/test_answers.py: tests/exercises/drawn/test_ex_5_4.py runs them itself. Once
-lesson 05 is registered, DRAWN below becomes ANSWERS (and test_answers.py's SWEEP gets a
-"5.5" entry for the loop that joins DRAWN to it)."""
+whole state to load into, dcp.load on rank 0 alone); the right ones are written other ways."""
 
 from __future__ import annotations
 
@@ -157,5 +152,5 @@ ANSWERS = {
     ),
 }
 
-# Joined to the sweep once lesson 05 is in LESSONS (see the docstring): DRAWN = ANSWERS.
+# Joined to the sweep of tests/exercises/test_answers.py.
 DRAWN = ANSWERS

@@ -1,12 +1,10 @@
 """Exercise 5.1's check, ZeRO-1 by hand (lesson05/zero.py), on its answers
 (tests/drawn_answers/ex_5_1.py).
 
-Lesson 05 is not in LESSONS yet, so the holds that iterate the lessons (the sweep of
-tests/exercises/test_answers.py, test_spaces.py, test_checks.py) do not reach it: this file
-runs each of them on 5.1 directly, with their own helpers. Once LESSONS lists "05" (and
-lesson05's EXERCISES holds q1), DRAWN joins the sweep there and those files hold it too.
-Beside them: where each mistake showed, what its message says of its answer, and how an
-answer that raises, or is still the stub, is shown."""
+The sweep of tests/exercises/test_answers.py (with DRAWN), test_spaces.py and
+test_checks.py hold 5.1 as every exercise; this file holds what is its own: where each
+mistake showed, what its message says of its answer, and how an answer that raises, or is
+still the stub, is shown."""
 
 from __future__ import annotations
 

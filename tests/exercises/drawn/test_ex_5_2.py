@@ -2,10 +2,8 @@
 each wrong one named by its mistake, with where it showed and what its message says true of
 it; the right ones, written other ways, pass, the grader's extra cases included.
 
-Lesson 05 is not in LESSONS yet, so the course-wide tests (test_answers.py's sweep,
-test_spaces.py, test_checks.py) do not see exercise 5.2: the tests below run it directly,
-with the same holds (helpers.py). Once lesson 05 is registered those take it over, and
-what here repeats them can go."""
+The course-wide tests (test_answers.py's sweep, test_spaces.py, test_checks.py) hold 5.2 as
+every exercise; this file holds what is its own."""
 
 from __future__ import annotations
 

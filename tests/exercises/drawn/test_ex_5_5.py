@@ -2,9 +2,8 @@
 each wrong one named by its mistake, with what its message says true of it; the right ones,
 written other ways, pass, the grader's extra cases (3 ranks saving, 2 loading) included.
 
-Lesson 05 is not in LESSONS yet, so the course-wide tests (test_answers.py's sweep,
-test_spaces.py, test_checks.py) do not see exercise 5.5: the tests below run it directly,
-with the same holds (lesson05_support.py). Once lesson 05 is registered those take it over."""
+The course-wide tests (test_answers.py's sweep, test_spaces.py, test_checks.py) hold 5.5 as
+every exercise; this file holds what is its own."""
 
 from __future__ import annotations
 
