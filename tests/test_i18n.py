@@ -113,6 +113,26 @@ def test_code_outputs_of_the_japanese_run_are_kept_while_the_code_is_unchanged(t
     assert [c.outputs for c in again.cells if c.cell_type == "code"] == stored
 
 
+def test_a_code_cell_changed_in_english_loses_its_outputs_in_japanese_until_run_there(tmp_path):
+    # Never the English run's words under the Japanese code: the cell waits for `--execute`.
+    root = _copy_course(tmp_path)
+    english = root / "solutions" / ENGLISH[0].name
+    nb = nbformat.read(english, as_version=4)
+    cell = next(c for c in nb.cells if c.cell_type == "code" and c.outputs and
+                not c.metadata.get("tags") and c.get("id") not in _code_entries(root, english))
+    cell.source += "\npass"
+    nbformat.write(nb, english)
+    build_lessons(root / "solutions", root / "lessons", listed={p.name for p in ENGLISH})
+    ja = nbformat.read(_ja(english), as_version=4)
+    (again,) = [c for c in ja.cells if c.get("id") == cell.get("id")]
+    assert again.source == cell.source and again.outputs == [] and again.execution_count is None
+
+
+def _code_entries(root: Path, english: Path) -> set[str]:
+    table = root / "i18n" / "ja" / (english.stem + ".json")
+    return {k for k, v in json.loads(table.read_text(encoding="utf-8")).items() if "code" in v}
+
+
 @pytest.mark.parametrize("path", ENGLISH, ids=lesson_of_notebook)
 def test_the_japanese_estimate_at_the_top_counts_japanese_characters(path):
     from ddp_helpers.authoring.pace import TARGET_MINUTES, core_path, stated

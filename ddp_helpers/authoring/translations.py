@@ -98,6 +98,8 @@ def make_edition(english, name: str, lang: str, root: Path, previous=None) -> Ed
             kept = outputs.get(cell.get("id"))
             if kept is not None and kept[0] == cell.source:
                 cell.outputs, cell.execution_count = kept[1], kept[2]
+            else:  # never the English run's words in this edition: none until it runs here
+                cell.outputs, cell.execution_count = [], None
             continue
         if cell.cell_type != "markdown":
             continue

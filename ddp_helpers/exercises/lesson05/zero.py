@@ -584,7 +584,7 @@ def _judge_shards(
             fields = {**fields, "ranks": and_list(fields["ranks"])}
         raise Wrong(key, **fields)
     if all(own == trainable for own in owned):
-        held = and_list(measured["state"]) if measured else "?"
+        held = and_list(measured["state"] if measured else ["?"])
         full = measured["full"] if measured else "?"
         raise Wrong("zero_all", count=len(trainable), held=held, full=full)
     busy = [r for r, own in enumerate(owned) if own]
