@@ -118,8 +118,14 @@ def test_a_code_cell_changed_in_english_loses_its_outputs_in_japanese_until_run_
     root = _copy_course(tmp_path)
     english = root / "solutions" / ENGLISH[0].name
     nb = nbformat.read(english, as_version=4)
-    cell = next(c for c in nb.cells if c.cell_type == "code" and c.outputs and
-                not c.metadata.get("tags") and c.get("id") not in _code_entries(root, english))
+    cell = next(
+        c
+        for c in nb.cells
+        if c.cell_type == "code"
+        and c.outputs
+        and not c.metadata.get("tags")
+        and c.get("id") not in _code_entries(root, english)
+    )
     cell.source += "\npass"
     nbformat.write(nb, english)
     build_lessons(root / "solutions", root / "lessons", listed={p.name for p in ENGLISH})

@@ -77,7 +77,7 @@ def main(epochs, checkpoint):
 
     # ステップ 6 · ジョブ全体で 1 回だけ保存: グローバルランク 0 が素のモデルの状態を保存する
     # （DDP 自身のキーは `module.` で始まる）。続いて、`if` の外で全ランクがバリア。
-    # ファイルが書き終わる前に読むランクが出ないように。
+    # ファイルの書き込みが終わる前に読むランクが出ないように。
     if rank == 0:
         torch.save(model.module.state_dict(), checkpoint)
         print(f"saved {checkpoint}")
