@@ -20,7 +20,7 @@ import time
 
 from ..i18n import messages
 from ._core import Exercise, Listed, Mistake, Phrase, Wrong, process_group, run_on_ranks
-from .space import CHECK_SEED, HIDDEN_SEEDS, Space, trying
+from .space import CHECK_SEED, Space, on_hidden_seeds, trying
 
 MESSAGES = messages(
     "exercises.mini_ddp",
@@ -608,12 +608,6 @@ def _check_mini_ddp(cls, seed: int = CHECK_SEED) -> Phrase:
     return Phrase("mini_ok", cases=Listed(cases))
 
 
-def _hidden_mini_ddp(cls) -> Phrase:
-    for seed in HIDDEN_SEEDS:
-        detail = _check_mini_ddp(cls, seed)
-    return detail
-
-
 def mini_ddp_timeline(cls=MiniDDP, hidden: int = 1024, layers: int = 6, bucket_mb: float = 4.0):
     """Per rank of 2: when backward ran and each bucket's all_reduce started and ended."""
     from ..launcher import launch
@@ -679,7 +673,7 @@ exercise = Exercise(
         "mini_local": Mistake(hint="mini_hook"),
         "mini_frozen": Mistake(hint="mini_hook"),
     },
-    hidden=_hidden_mini_ddp,
+    hidden=on_hidden_seeds(_check_mini_ddp),
     space=SPACE,
     further=True,
     hang_timeout=HANG,

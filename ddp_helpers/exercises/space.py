@@ -36,6 +36,18 @@ CHECK_SEED = 0  # check(): the same draws on every run
 HIDDEN_SEEDS = (1, 2)  # the grader's extra cases: other draws of the same space
 
 
+def on_hidden_seeds(check):
+    """The grader's extra cases of a check(answer, seed): the check run on each hidden seed,
+    the last one's detail returned (a Wrong in any case stops there)."""
+
+    def hidden(answer):
+        for seed in HIDDEN_SEEDS:
+            detail = check(answer, seed)
+        return detail
+
+    return hidden
+
+
 @dataclass(frozen=True)
 class Space:
     """One exercise's declaration: for each axis the values drawn, or why it has none.

@@ -14,7 +14,7 @@ from .._core import (
     and_list,
     run_on_ranks,
 )
-from ..space import CHECK_SEED, HIDDEN_SEEDS, Space, trying
+from ..space import CHECK_SEED, HIDDEN_SEEDS, Space, on_hidden_seeds, trying
 
 MESSAGES = messages(
     "exercises.lesson01.gpu",
@@ -231,12 +231,6 @@ def _judge_rank(env: dict, results: list[dict]) -> None:
     raise Wrong("gpu_other", rank=rank, local=local, node=node, got=got, want=want)
 
 
-def _hidden_gpu(fn) -> Phrase:
-    for seed in HIDDEN_SEEDS:
-        detail = _check_gpu(fn, seed)
-    return detail
-
-
 q1 = Exercise(
     "1.1",
     "gpu_for_this_rank",
@@ -252,6 +246,6 @@ q1 = Exercise(
         "gpu_other": Mistake(hint="gpu_local_rank"),
         "gpu_kept": Mistake(hint="gpu_local_rank"),
     },
-    hidden=_hidden_gpu,
+    hidden=on_hidden_seeds(_check_gpu),
     space=SPACE,
 )

@@ -16,7 +16,7 @@ from .._core import (
     each_case,
     run_answer,
 )
-from ..space import CHECK_SEED, HIDDEN_SEEDS, Space
+from ..space import CHECK_SEED, HIDDEN_SEEDS, Space, on_hidden_seeds
 
 MESSAGES = messages(
     "exercises.lesson01.shard",
@@ -181,13 +181,6 @@ def _judge_share(n: int, rank: int, w: int, got) -> None:
     raise Wrong("shard_other", **args)
 
 
-def _hidden_shard(fn) -> Phrase:
-    # Sizes and world sizes the learner's check never shows (the grader's extra cases).
-    for seed in HIDDEN_SEEDS:
-        detail = _check_shard(fn, seed)
-    return detail
-
-
 q2 = Exercise(
     "1.2",
     "shard",
@@ -202,6 +195,7 @@ q2 = Exercise(
         "shard_other": Mistake(hint="shard_padding"),
         "shard_kept": Mistake(),
     },
-    hidden=_hidden_shard,
+    # Sizes and world sizes the learner's check never shows (the grader's extra cases).
+    hidden=on_hidden_seeds(_check_shard),
     space=SPACE,
 )

@@ -8,7 +8,7 @@ from unittest import mock
 from ...i18n import messages
 from .._core import Exercise, Mistake, Phrase, Wrong, run_on_ranks
 from ..lesson01.gpu import layout_env
-from ..space import CHECK_SEED, HIDDEN_SEEDS, Space, trying
+from ..space import CHECK_SEED, HIDDEN_SEEDS, Space, on_hidden_seeds, trying
 from . import machines
 from .machines import _machine_key
 
@@ -254,12 +254,6 @@ def _judge_machine(calls, answers, k: int) -> None:
     raise Wrong("backend_local" if by_world else "backend_enough", **fields)
 
 
-def _hidden_backend(fn) -> Phrase:
-    for seed in HIDDEN_SEEDS:
-        detail = _check_backend(fn, seed)
-    return detail
-
-
 q1 = Exercise(
     "2.1",
     "pick_backend",
@@ -276,6 +270,6 @@ q1 = Exercise(
         "backend_ranks_differ": Mistake(hint="backend_gpu_per_rank"),
         "backend_kept": Mistake(),
     },
-    hidden=_hidden_backend,
+    hidden=on_hidden_seeds(_check_backend),
     space=SPACE,
 )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ...i18n import messages
 from .._core import Exercise, Listed, Mistake, Phrase, Wrong, run_on_ranks
-from ..space import CHECK_SEED, HIDDEN_SEEDS, Space, trying
+from ..space import CHECK_SEED, HIDDEN_SEEDS, Space, on_hidden_seeds, trying
 
 MESSAGES = messages(
     "exercises.lesson02.cleanup",
@@ -121,12 +121,6 @@ def _judge_left(left: list[list[bool]], call: int) -> None:
     raise Wrong("cleanup_left_some", ranks=Listed(still))
 
 
-def _hidden_cleanup(fn) -> Phrase:
-    for seed in HIDDEN_SEEDS:
-        detail = _check_cleanup(fn, seed)
-    return detail
-
-
 q3 = Exercise(
     "2.3",
     "cleanup",
@@ -141,6 +135,6 @@ q3 = Exercise(
         "mismatch": Mistake(hint="cleanup_every_rank"),
         "cleanup_kept": Mistake(hint="cleanup_leave"),
     },
-    hidden=_hidden_cleanup,
+    hidden=on_hidden_seeds(_check_cleanup),
     space=SPACE,
 )

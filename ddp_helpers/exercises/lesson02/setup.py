@@ -8,7 +8,7 @@ from unittest import mock
 from ...i18n import messages
 from .._core import Exercise, Mistake, Phrase, Wrong, and_list, run_on_ranks
 from ..lesson01.gpu import layout_env
-from ..space import CHECK_SEED, HIDDEN_SEEDS, Space, trying
+from ..space import CHECK_SEED, HIDDEN_SEEDS, Space, on_hidden_seeds, trying
 from . import machines
 from .backend import pick_backend
 from .machines import _machine_key
@@ -441,14 +441,6 @@ def _did(seen: dict) -> Phrase:
     return Phrase("setup_did", inits=joined, pinned=pinned, returned=returned)
 
 
-def _hidden_setup(fn) -> Phrase:
-    # Machines the check does not show: 8 GPUs, 2 machines x 8 ranks, 3 ranks a machine, 3
-    # machines with no GPU.
-    for seed in HIDDEN_SEEDS:
-        detail = _check_setup(fn, seed)
-    return detail
-
-
 q2 = Exercise(
     "2.2",
     "setup",
@@ -477,6 +469,8 @@ q2 = Exercise(
         "mismatch": Mistake(hint="setup_backend"),
         "setup_kept": Mistake(),
     },
-    hidden=_hidden_setup,
+    # Machines the check does not show: 8 GPUs, 2 machines x 8 ranks, 3 ranks a machine, 3
+    # machines with no GPU.
+    hidden=on_hidden_seeds(_check_setup),
     space=SPACE,
 )

@@ -13,7 +13,7 @@ from .._core import (
     run_on_ranks,
     weights_apart,
 )
-from ..space import CHECK_SEED, HIDDEN_SEEDS, Space, trying
+from ..space import CHECK_SEED, Space, on_hidden_seeds, trying
 
 MESSAGES = messages(
     "exercises.lesson03.accumulate",
@@ -415,12 +415,6 @@ def _near(value: float, target: float, k: int) -> bool:
     return abs(value - target) <= 1e-3 / k
 
 
-def _hidden_accumulated(fn) -> Phrase:
-    for seed in HIDDEN_SEEDS:
-        detail = _check_accumulated(fn, seed)
-    return detail
-
-
 # The pace rule applies (8 lines); the exercise is in Going further, outside the estimate.
 q4 = Exercise(
     "3.4",
@@ -442,7 +436,7 @@ q4 = Exercise(
         "accum_not_divided": Mistake(hint="accum_mean"),
         "accum_weights": Mistake(hint="accum_mean"),
     },
-    hidden=_hidden_accumulated,
+    hidden=on_hidden_seeds(_check_accumulated),
     space=SPACE,
     further=True,
 )

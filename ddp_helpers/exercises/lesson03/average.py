@@ -13,7 +13,7 @@ from .._core import (
     run_on_ranks,
 )
 from ..devices import made_off_device
-from ..space import CHECK_SEED, HIDDEN_SEEDS, Space, trying
+from ..space import CHECK_SEED, Space, on_hidden_seeds, trying
 
 MESSAGES = messages(
     "exercises.lesson03.average",
@@ -270,12 +270,6 @@ def _judge_step(records: list[dict], ranks: int, machines: int) -> float:
     raise Wrong("avg_differ", diff=worst["diff"], ranks=ranks, machines=machines)
 
 
-def _hidden_average(fn) -> Phrase:
-    for seed in HIDDEN_SEEDS:
-        detail = _check_average(fn, seed)
-    return detail
-
-
 # On the core path, right before DDP does the same: the average by hand, checked against
 # DDP's gradients (moved here from lesson 02's Going further, issue 38).
 q2 = Exercise(
@@ -298,7 +292,7 @@ q2 = Exercise(
         "hang": Mistake(hint="avg_same_calls"),
         "mismatch": Mistake(hint="avg_same_calls"),
     },
-    hidden=_hidden_average,
+    hidden=on_hidden_seeds(_check_average),
     space=SPACE,
     hang_timeout=HANG,
 )

@@ -15,7 +15,7 @@ from .._core import (
     and_list,
     answers_to,
 )
-from ..space import CHECK_SEED, HIDDEN_SEEDS, Space
+from ..space import CHECK_SEED, HIDDEN_SEEDS, Space, on_hidden_seeds
 
 MESSAGES = messages(
     "exercises.lesson03.traffic",
@@ -173,12 +173,6 @@ def _judge_wrong(cases, answers, got, params: int, world: int) -> None:
     raise Wrong("bytes_other", got=got, params=params, world=world)
 
 
-def _hidden_bytes(fn) -> Phrase:
-    for seed in HIDDEN_SEEDS:
-        detail = _check_bytes(fn, seed)
-    return detail
-
-
 q5 = Exercise(
     "3.5",
     "bytes_sent",
@@ -196,6 +190,6 @@ q5 = Exercise(
         "bytes_other": Mistake(hint="bytes_ring"),
     },
     further=True,
-    hidden=_hidden_bytes,
+    hidden=on_hidden_seeds(_check_bytes),
     space=SPACE,
 )

@@ -14,7 +14,7 @@ from .._core import (
     process_group,
     run_on_ranks,
 )
-from ..space import CHECK_SEED, HIDDEN_SEEDS, Space, trying
+from ..space import CHECK_SEED, HIDDEN_SEEDS, Space, on_hidden_seeds, trying
 
 MESSAGES = messages(
     "exercises.lesson03.wrap",
@@ -332,12 +332,6 @@ def _judge_call(records: list[dict], kind: str, dtype: str, call: int) -> None:
                 raise Wrong("wrap_buffers" if name in buffers else "wrap_weights", rank=rank)
 
 
-def _hidden_wrap(fn) -> Phrase:
-    for seed in HIDDEN_SEEDS:
-        detail = _check_wrap(fn, seed)
-    return detail
-
-
 def _check_pretend_gpu_rank(got) -> None:
     rank, local, node = got["RANK"], got["LOCAL_RANK"], got["GROUP_RANK"]
     where = dict(rank=rank, local=local, node=node, device=f"cuda:{local}")
@@ -385,6 +379,6 @@ q1 = Exercise(
         "wrap_kept": Mistake(),
         "wrap_dtype": Mistake(),
     },
-    hidden=_hidden_wrap,
+    hidden=on_hidden_seeds(_check_wrap),
     space=SPACE,
 )

@@ -14,7 +14,7 @@ from .._core import (
     run_on_ranks,
 )
 from ..devices import made_off_device
-from ..space import CHECK_SEED, HIDDEN_SEEDS, Space, trying
+from ..space import CHECK_SEED, HIDDEN_SEEDS, Space, on_hidden_seeds, trying
 
 MESSAGES = messages(
     "exercises.lesson04.evaluate",
@@ -437,12 +437,6 @@ def _judge_split(results, n: int, ranks: int) -> None:
         raise Wrong("eval_idle", busy=busy, rows=rows[busy], idle=i18n.listed(idle))
 
 
-def _hidden_evaluate(fn) -> Phrase:
-    for seed in HIDDEN_SEEDS:
-        detail = _check_evaluate(fn, seed)
-    return detail
-
-
 q4 = Exercise(
     "4.4",
     "evaluate",
@@ -478,7 +472,7 @@ q4 = Exercise(
         "hang": Mistake(hint="eval_mode"),
         "mismatch": Mistake(hint="eval_ddp_forward"),
     },
-    hidden=_hidden_evaluate,
+    hidden=on_hidden_seeds(_check_evaluate),
     further=True,
     space=SPACE,
 )

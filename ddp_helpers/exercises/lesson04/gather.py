@@ -13,7 +13,7 @@ from .._core import (
     run_on_ranks,
 )
 from ..devices import made_off_device
-from ..space import CHECK_SEED, HIDDEN_SEEDS, Space, trying
+from ..space import CHECK_SEED, Space, on_hidden_seeds, trying
 
 MESSAGES = messages(
     "exercises.lesson04.gather",
@@ -338,12 +338,6 @@ def _name_values(got: list, want: list, ranks: int, lengths, dtype: str) -> None
     raise Wrong("gather_values", **where)
 
 
-def _hidden_gather(fn) -> Phrase:
-    for seed in HIDDEN_SEEDS:
-        detail = _check_gather(fn, seed)
-    return detail
-
-
 q7 = Exercise(
     "4.7",
     "gather_all",
@@ -367,7 +361,7 @@ q7 = Exercise(
         "hang": Mistake(hint="gather_every_rank"),
         "mismatch": Mistake(hint="gather_every_rank"),
     },
-    hidden=_hidden_gather,
+    hidden=on_hidden_seeds(_check_gather),
     space=SPACE,
     hang_timeout=HANG,
     further=True,

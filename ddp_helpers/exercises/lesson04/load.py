@@ -18,7 +18,7 @@ from .._core import (
     rank_folders,
     run_on_ranks,
 )
-from ..space import CHECK_SEED, HIDDEN_SEEDS, Space, trying
+from ..space import CHECK_SEED, Space, on_hidden_seeds, trying
 from .save import _make_net, _train_step, _trained_ddp, save_checkpoint
 
 MESSAGES = messages(
@@ -291,12 +291,6 @@ def _judge_load(r: dict, rank: int, saved: int) -> None:
         raise Wrong("load_epoch", got=r["resume"], saved=saved, want=saved + 1)
 
 
-def _hidden_load(fn) -> Phrase:
-    for seed in HIDDEN_SEEDS:
-        detail = _check_load(fn, seed)
-    return detail
-
-
 q6 = Exercise(
     "4.6",
     "load_checkpoint",
@@ -313,7 +307,7 @@ q6 = Exercise(
         "hang": Mistake(hint="load_restore"),
         "mismatch": Mistake(hint="load_restore"),
     },
-    hidden=_hidden_load,
+    hidden=on_hidden_seeds(_check_load),
     space=SPACE,
     further=True,
 )

@@ -14,7 +14,7 @@ from .._core import (
     run_on_ranks,
 )
 from ..capstone import make_loader  # 4.2's reference: the capstone's own loader
-from ..space import CHECK_SEED, HIDDEN_SEEDS, Space, trying
+from ..space import CHECK_SEED, Space, on_hidden_seeds, trying
 
 MESSAGES = messages(
     "exercises.lesson04.loader",
@@ -256,12 +256,6 @@ def _check_loader(fn, seed: int = CHECK_SEED) -> Phrase:
     )
 
 
-def _hidden_loader(fn) -> Phrase:
-    for seed in HIDDEN_SEEDS:
-        detail = _check_loader(fn, seed)
-    return detail
-
-
 q2 = Exercise(
     "4.2",
     "make_loader",
@@ -285,6 +279,6 @@ q2 = Exercise(
         "mismatch": Mistake(hint="loader_sampler"),
     },
     further=True,
-    hidden=_hidden_loader,
+    hidden=on_hidden_seeds(_check_loader),
     space=SPACE,
 )

@@ -18,7 +18,7 @@ from .._core import (
     run_on_ranks,
 )
 from ..devices import collectives, made_off_device
-from ..space import CHECK_SEED, HIDDEN_SEEDS, Space, trying
+from ..space import CHECK_SEED, Space, on_hidden_seeds, trying
 
 MESSAGES = messages(
     "exercises.lesson04.save",
@@ -527,12 +527,6 @@ def _judge_file(info: dict, epoch: int) -> None:
         raise Wrong("save_epoch", got=info["epoch"], want=epoch)
 
 
-def _hidden_save(fn) -> Phrase:
-    for seed in HIDDEN_SEEDS:
-        detail = _check_save(fn, seed)
-    return detail
-
-
 q5 = Exercise(
     "4.5",
     "save_checkpoint",
@@ -558,7 +552,7 @@ q5 = Exercise(
         "hang": Mistake(hint="save_barrier"),
         "mismatch": Mistake(hint="save_barrier"),
     },
-    hidden=_hidden_save,
+    hidden=on_hidden_seeds(_check_save),
     space=SPACE,
     further=True,
 )

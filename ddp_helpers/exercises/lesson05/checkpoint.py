@@ -10,17 +10,10 @@ there too, each the other's partner (here, one would import the other's module a
 from __future__ import annotations
 
 from ...i18n import messages
-from .._core import Exercise, Mistake, Phrase, Wrong, and_list
-from ..space import CHECK_SEED, HIDDEN_SEEDS
+from .._core import Mistake, Phrase, Wrong, and_list
 from .round_trip import (
-    HANG,
-    RUN_TIME,
-    WORDS,
-    load_sharded,
+    exercise,
     resumed_apart,
-    round_trip,
-    save_sharded,
-    space,
     state_apart,
 )
 
@@ -106,13 +99,6 @@ MESSAGES = messages(
 
 # ---------------------------------------------------------------- 5.4's check
 
-SPACE = space(notebook_rows=8)
-
-
-def _check_save(fn, seed: int = CHECK_SEED) -> Phrase:
-    saved, loaded = round_trip("5.4", fn, load_sharded, _judge_save, seed)  # 5.5's reference
-    return Phrase("ckpt_ok", saved=saved, what=Phrase("round_trip_ok", loaded=loaded))
-
 
 def _judge_save(saving: dict, loading: dict, loaded_on: int) -> None:
     """One case: what the answer left at path, then the state loaded from it, then the
@@ -149,18 +135,12 @@ def _judge_found(found: dict) -> None:
     raise Wrong("ckpt_missing", keys=and_list(found["keys"][:4]))
 
 
-def _hidden_save(fn) -> Phrase:
-    for seed in HIDDEN_SEEDS:
-        detail = _check_save(fn, seed)
-    return detail
-
-
-q4 = Exercise(
+q4 = exercise(
     "5.4",
     "save_sharded",
-    _check_save,
-    save_sharded,
-    texts=(MESSAGES, WORDS),
+    MESSAGES,
+    _judge_save,
+    "ckpt_ok",
     hints=("ckpt_collective", "ckpt_state", "ckpt_code"),
     mistakes={
         "ckpt_nothing": Mistake(hint="ckpt_collective"),
@@ -176,9 +156,4 @@ q4 = Exercise(
         "hang": Mistake(hint="ckpt_collective"),
         "mismatch": Mistake(hint="ckpt_collective"),
     },
-    hidden=_hidden_save,
-    space=SPACE,
-    hang_timeout=HANG,
-    run_time=RUN_TIME,
-    further=True,
 )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ...i18n import messages
 from .._core import Exercise, Mistake, Phrase, Wrong, and_list, process_group, run_on_ranks
-from ..space import CHECK_SEED, HIDDEN_SEEDS, Space, trying
+from ..space import CHECK_SEED, Space, on_hidden_seeds, trying
 from .common import DEPTH, WIDTH, make_batches, make_model, my_rows
 
 MESSAGES = messages(
@@ -541,12 +541,6 @@ def _judge_losses(record: dict, rank: int, case: dict) -> None:
             raise Wrong("fsdp_losses", rank=rank, step=step + 1, got=g, want=w)
 
 
-def _hidden_fsdp(fn) -> Phrase:
-    for seed in HIDDEN_SEEDS:
-        detail = _check_fsdp(fn, seed)
-    return detail
-
-
 q2 = Exercise(
     "5.2",
     "train_fsdp",
@@ -569,7 +563,7 @@ q2 = Exercise(
         "hang": Mistake(hint="fsdp_hooks"),
         "mismatch": Mistake(hint="fsdp_hooks"),
     },
-    hidden=_hidden_fsdp,
+    hidden=on_hidden_seeds(_check_fsdp),
     space=SPACE,
     hang_timeout=HANG,
     run_time=RUN_TIME,

@@ -7,17 +7,10 @@ saved, and one more step the run that never stopped."""
 from __future__ import annotations
 
 from ...i18n import messages
-from .._core import Exercise, Mistake, Phrase, Wrong
-from ..space import CHECK_SEED, HIDDEN_SEEDS
+from .._core import Mistake, Wrong
 from .round_trip import (
-    HANG,
-    RUN_TIME,
-    WORDS,
-    load_sharded,
+    exercise,
     resumed_apart,
-    round_trip,
-    save_sharded,
-    space,
     state_apart,
 )
 
@@ -68,15 +61,6 @@ MESSAGES = messages(
 )
 
 
-SPACE = space(notebook_rows=8)
-
-
-def _check_load(fn, seed: int = CHECK_SEED) -> Phrase:
-    saved, loaded = round_trip("5.5", save_sharded, fn, _judge_load, seed)  # 5.4's reference
-    what = Phrase("round_trip_ok", loaded=loaded)
-    return Phrase("resume_ok", saved=saved, what=what)
-
-
 def _judge_load(saving: dict, loading: dict, loaded_on: int) -> None:
     """One case: the state the answer loaded against the one saved, then the step after."""
     saved, loaded = saving["saved"], loading["loaded"]
@@ -96,18 +80,12 @@ def _judge_load(saving: dict, loading: dict, loaded_on: int) -> None:
         raise Wrong("ckpt_resumed", ranks=loaded_on, name=resumed[0], diff=resumed[1])
 
 
-def _hidden_load(fn) -> Phrase:
-    for seed in HIDDEN_SEEDS:
-        detail = _check_load(fn, seed)
-    return detail
-
-
-q5 = Exercise(
+q5 = exercise(
     "5.5",
     "load_sharded",
-    _check_load,
-    load_sharded,
-    texts=(MESSAGES, WORDS),
+    MESSAGES,
+    _judge_load,
+    "resume_ok",
     hints=("resume_into", "resume_apply", "resume_code"),
     mistakes={
         "resume_model": Mistake(hint="resume_into"),
@@ -118,9 +96,4 @@ q5 = Exercise(
         "hang": Mistake(hint="resume_into"),
         "mismatch": Mistake(hint="resume_into"),
     },
-    hidden=_hidden_load,
-    space=SPACE,
-    hang_timeout=HANG,
-    run_time=RUN_TIME,
-    further=True,
 )

@@ -14,10 +14,10 @@ from __future__ import annotations
 import os
 
 from ...i18n import messages
-from .._core import Phrase, process_group, rank_folders, run_on_ranks
-from ..space import Space, trying
+from .._core import Exercise, Phrase, process_group, rank_folders, run_on_ranks
+from ..space import CHECK_SEED, Space, on_hidden_seeds, trying
 from .common import DEPTH, WIDTH, make_batches, make_model, my_rows
-from .fsdp import TOLERANCE, _everyone
+from .fsdp import NOTEBOOK_ROWS, TOLERANCE, _everyone
 
 WORDS = messages(
     "exercises.lesson05.round_trip",
@@ -79,28 +79,28 @@ BEFORE = (1, 2)  # the steps before the save in the first call, in the second; o
 BUFFER_MOVE = 0.125  # the buffer moves as a running statistic would before the save
 
 
-def space(notebook_rows: int) -> Space:
-    """5.4's and 5.5's space: the same round trip, the answer on one side of it."""
-    return Space(
-        drawn={
-            "world": (2, 3),
-            "calls": (2,),
-            "steps": tuple(n + 1 for n in BEFORE),
-            "counts": {"depth": DEPTHS, "width": WIDTHS, "rows": ROWS},
-            "dtypes": DTYPES,
-            "model": ("frozen", "buffer"),
-        },
-        why_not={
-            "machines": "DCP writes a file per rank into one folder and reads it back on "
-            "any number of ranks: which machine a rank is on does not change what it saves "
-            "or loads (a shared file system is assumed, as the course's checkpoints do)",
-            "lengths": "a checkpoint is the model's and the optimizer's state: no lengths "
-            "of the answer's own",
-            "device": "the state dicts are DTensors on the model's device and DCP reads and "
-            "writes them there: the answer names no device (on the CPU the check runs gloo)",
-        },
-        notebook={"depth": DEPTH, "width": WIDTH, "rows": notebook_rows},
-    )
+# 5.4's and 5.5's space: the same round trip, the answer on one side of it.
+SPACE = Space(
+    drawn={
+        "world": (2, 3),
+        "calls": (2,),
+        "steps": tuple(n + 1 for n in BEFORE),
+        "counts": {"depth": DEPTHS, "width": WIDTHS, "rows": ROWS},
+        "dtypes": DTYPES,
+        "model": ("frozen", "buffer"),
+    },
+    why_not={
+        "machines": "DCP writes a file per rank into one folder and reads it back on "
+        "any number of ranks: which machine a rank is on does not change what it saves "
+        "or loads (a shared file system is assumed, as the course's checkpoints do)",
+        "lengths": "a checkpoint is the model's and the optimizer's state: no lengths "
+        "of the answer's own",
+        "device": "the state dicts are DTensors on the model's device and DCP reads and "
+        "writes them there: the answer names no device (on the CPU the check runs gloo)",
+    },
+    # The notebook's global batch (4 rows a rank on 2): rows here are the global batch's.
+    notebook={"depth": DEPTH, "width": WIDTH, "rows": 2 * NOTEBOOK_ROWS},
+)
 
 
 def draws(exercise: str, seed: int) -> tuple[tuple[int, int], list[dict]]:
@@ -413,3 +413,30 @@ def _largest(got, want) -> float:
 
 def case_phrase(case: dict) -> Phrase:
     return Phrase("ckpt_model", depth=case["depth"], width=case["width"], dtype=case["dtype"])
+
+
+def exercise(number: str, name: str, texts, judge, ok: str, **declared) -> Exercise:
+    """5.4 or 5.5: the answer on its side of the round trip (5.4 saves, 5.5 loads), the
+    other's reference on the other; `ok` the message of a pass, `declared` its hints and
+    mistakes."""
+    answer_saves = number == "5.4"
+
+    def check(fn, seed: int = CHECK_SEED) -> Phrase:
+        save, load = (fn, load_sharded) if answer_saves else (save_sharded, fn)
+        saved, loaded = round_trip(number, save, load, judge, seed)
+        return Phrase(ok, saved=saved, what=Phrase("round_trip_ok", loaded=loaded))
+
+    reference = save_sharded if answer_saves else load_sharded
+    return Exercise(
+        number,
+        name,
+        check,
+        reference,
+        texts=(texts, WORDS),
+        hidden=on_hidden_seeds(check),
+        space=SPACE,
+        hang_timeout=HANG,
+        run_time=RUN_TIME,
+        further=True,
+        **declared,
+    )

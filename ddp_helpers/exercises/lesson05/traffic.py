@@ -17,7 +17,7 @@ from ...i18n import messages
 from .._core import Exercise, Listed, Mistake, Phrase, Wrong, answers_to
 from ..lesson03.traffic import MESSAGES as RING_MESSAGES  # lesson 03's hint on the ring
 from ..lesson03.traffic import _close, _ring_bytes
-from ..space import CHECK_SEED, HIDDEN_SEEDS, Space
+from ..space import CHECK_SEED, HIDDEN_SEEDS, Space, on_hidden_seeds
 
 MESSAGES = messages(
     "exercises.lesson05.traffic",
@@ -230,12 +230,6 @@ def _judge_wrong(cases, answers, got, params: int, world: int) -> None:
     raise Wrong("traffic_other", **fields)
 
 
-def _hidden_traffic(fn) -> Phrase:
-    for seed in HIDDEN_SEEDS:
-        detail = _check_traffic(fn, seed)
-    return detail
-
-
 q3 = Exercise(
     "5.3",
     "predict_bytes_sent",
@@ -254,7 +248,7 @@ q3 = Exercise(
         "traffic_notebook_world": Mistake(),
         "traffic_other": Mistake(hint="traffic_passes"),
     },
-    hidden=_hidden_traffic,
+    hidden=on_hidden_seeds(_check_traffic),
     space=SPACE,
     further=True,
 )

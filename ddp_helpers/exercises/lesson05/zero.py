@@ -22,7 +22,7 @@ from __future__ import annotations
 from ...i18n import messages
 from .._core import Exercise, Mistake, Phrase, Wrong, and_list, process_group, run_on_ranks
 from ..devices import collectives, made_off_device
-from ..space import CHECK_SEED, HIDDEN_SEEDS, Space, trying
+from ..space import CHECK_SEED, Space, on_hidden_seeds, trying
 from .common import DEPTH, WIDTH, make_batches, make_model, my_rows
 
 MESSAGES = messages(
@@ -739,12 +739,6 @@ def _verdict_state(runs, cases, infos, steps) -> Phrase:
     )
 
 
-def _hidden_zero(cls) -> Phrase:
-    for seed in HIDDEN_SEEDS:
-        detail = _check_zero(cls, seed)
-    return detail
-
-
 q1 = Exercise(
     "5.1",
     "ShardedOptimizer",
@@ -772,7 +766,7 @@ q1 = Exercise(
         "hang": Mistake(hint="zero_step"),
         "mismatch": Mistake(hint="zero_step"),
     },
-    hidden=_hidden_zero,
+    hidden=on_hidden_seeds(_check_zero),
     space=SPACE,
     run_time=RUN_TIME,
 )
