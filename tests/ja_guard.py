@@ -73,6 +73,7 @@ REJECTED = {
 NOTE_PREFIX = re.compile(r"注意\s*[:：]")
 # "2 machines x 2 ranks" is `2 マシン × 2 ランク`; machines alone are counted with 台.
 MACHINES_TIMES_RANKS = re.compile(r"マシン\s*\S+\s*台\s*×")
+MACHINES_UNCOUNTED = re.compile(r"(?<![\w.])\d+\s*マシン(?!\s*×|ごと)")  # 「2 マシンでは」
 # English words of a label: two or more lower-case letters, not a name in code (no _ or .
 # inside, no call), not a word that is data (a backend's or a device's name).
 _ENGLISH_WORD = re.compile(r"(?<![\w.])[a-z]{2,}(?![\w.(])")
@@ -124,6 +125,8 @@ def english_in_japanese(line: str) -> list[str]:
         found.append("a number joined to Japanese (a half-width space between them)")
     if MACHINES_TIMES_RANKS.search(text):
         found.append("マシン N 台 × N ランク (the glossary says N マシン × N ランク)")
+    if MACHINES_UNCOUNTED.search(text):
+        found.append("N マシン outside N マシン × N ランク (machines alone: マシン N 台)")
     return found
 
 

@@ -311,6 +311,8 @@ def test_the_guard_catches_what_it_is_for():
     assert _english_in_japanese("マシン {machines} 台 × {local} ランクで、勾配が 2 倍です")
     assert not _english_in_japanese("2 マシン × 2 ランクで、勾配が 2 倍です")
     assert not _english_in_japanese("模擬マシン 2 台に分けます")
+    assert _english_in_japanese("2 マシンではランク 0 と 2 が出力します")  # machines alone: 台
+    assert not _english_in_japanese("マシン 2 台では、2 マシンごとに 1 回")
     assert _english_in_japanese("A100 8 基で230〜250 GB/s です")  # a number joined to Japanese
     assert _english_in_japanese("要素 72 と120個")
     assert not _english_in_japanese("A100 8 基で 230〜250 GB/s、`rank0` と `cuda:0`")
@@ -558,3 +560,9 @@ def test_the_japanese_figures_are_numbered_by_lesson_and_each_has_one_caption(pa
     for n, m in ((int(n), int(m)) for n, m in FIGURE.findall(text)):
         assert (n, m) in captions, f"図 {n}-{m} is referred to but has no caption in {path.name}"
     assert not re.search(r"図 *0\d-", text)
+    # Each caption is the last line of the Markdown cell just before the figure's code cell.
+    cells = nbformat.read(_ja(path), as_version=4).cells
+    for here, after in zip(cells, cells[1:], strict=False):
+        if here.cell_type == "markdown" and CAPTION.search(here.source):
+            last = here.source.rstrip().splitlines()[-1]
+            assert CAPTION.search(last) and after.cell_type == "code", (here.id, last)

@@ -126,6 +126,7 @@ def plot_scaling(results: dict[str, dict[int, float]]):
             textcoords="offset points",
             xytext=(6, -4),
         )
+    ax.set_xlim(min(ranks) - 0.1, max(ranks) + 0.45)  # room for the labels right of the last point
     ax.set_xticks(ranks)
     ax.set_xlabel(MESSAGES["xlabel"])
     ax.set_ylabel(MESSAGES["ylabel"])
