@@ -426,6 +426,8 @@ def exercise(number: str, name: str, texts, judge, ok: str, **declared) -> Exerc
         saved, loaded = round_trip(number, save, load, judge, seed)
         return Phrase(ok, saved=saved, what=Phrase("round_trip_ok", loaded=loaded))
 
+    # The check belongs to the exercise's module, where its judge raises its mistakes.
+    check.__module__ = judge.__module__
     reference = save_sharded if answer_saves else load_sharded
     return Exercise(
         number,
