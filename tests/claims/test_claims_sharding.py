@@ -526,8 +526,40 @@ def hsdp():
     keep("hsdp", found_here)
 
 
+def checkpointed():
+    # FSDP2 with each block's call inside torch.utils.checkpoint against FSDP2 without: 3
+    # steps of AdamW, each rank its rows of 12; the blocks' forwards in each backward.
+    from torch.utils.checkpoint import checkpoint
+
+    models = [sharded(), sharded()]
+    calls = [0]
+    for block in models[1].blocks:
+        block.register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+
+    def forward(x, model=models[1]):
+        h = model.embed(x) + model.shift
+        for block in model.blocks:
+            h = checkpoint(block, h, use_reentrant=False)
+        return model.head(h)
+
+    models[1].forward = forward  # the root's hooks still run: model(x) is still called
+    opts = [torch.optim.AdamW(trainable(m), lr=1e-2) for m in models]
+    x, y = make_batches(3, 12)
+    same, again = [], []
+    for s in range(3):
+        a = step(models[0], opts[0], x, y, s)
+        before = calls[0]
+        b = step(models[1], opts[1], x, y, s)
+        again.append(calls[0] - before - len(models[1].blocks))  # beyond the forward's own
+        same.append(a.item() == b.item() and all(
+            torch.equal(p.to_local(), q.to_local())
+            for p, q in zip(models[0].parameters(), models[1].parameters())))
+    keep("checkpointed", {"same": same, "again": again})
+
+
 FACTS = {2: [shards, training, stale_optimizer, gathers, forward_past_hooks, state_dicts,
-             checkpoint_save, zero, ddp_bytes, mixed_precision, gloo_reduce_scatter],
+             checkpoint_save, zero, ddp_bytes, mixed_precision, gloo_reduce_scatter,
+             checkpointed],
          3: [shards, training, gathers, checkpoint_load, zero, gloo_reduce_scatter],
          4: [hsdp]}
 for fact in FACTS[W]:
@@ -972,3 +1004,65 @@ def test_hsdp_trains_as_ddp_on_4_ranks_to_the_last_bits(four):
     # all-reduces 4 quarters).
     for found in _fact(four, "hsdp"):
         assert found["from_ddp"] < 1e-6, found
+
+
+def test_a_checkpointed_block_under_fsdp2_trains_as_without_and_runs_its_forward_again(two):
+    # lesson 05 (activation checkpointing): FSDP2 (each block, then the root) with each
+    # block's call inside torch.utils.checkpoint(use_reentrant=False), against the same
+    # without, AdamW, 3 steps on 2 ranks: the losses and every local shard equal bit for
+    # bit at each step; each backward runs every block's forward once more.
+    for found in _fact(two, "checkpointed"):
+        assert found == {"same": [True] * 3, "again": [3] * 3}, found
+
+
+def _saved_by_a_block(checkpointed: bool) -> tuple[list, int]:
+    """One block of lesson 05's model, 64 rows of 16: the shapes of the tensors autograd
+    saves for the backward that are not parameters (seen by saved_tensors_hooks, outside any
+    checkpoint), and the block's forwards during the backward."""
+    import torch
+    from torch.utils.checkpoint import checkpoint
+
+    from ddp_helpers.exercises.lesson05.common import make_model
+
+    block = make_model().blocks[0]
+    params = {p.data_ptr() for p in block.parameters()}
+    saved, calls = [], [0]
+    block.register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+
+    def pack(t):
+        if t.data_ptr() not in params:
+            saved.append(tuple(t.shape))
+        return t
+
+    h = torch.randn(64, 16, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = checkpoint(block, h, use_reentrant=False) if checkpointed else block(h)
+    out.sum().backward()
+    return saved, calls[0] - 1
+
+
+def test_a_block_keeps_two_activations_and_checkpointed_none_but_runs_its_forward_again():
+    # lesson 05 (activation checkpointing): the block x + tanh(linear(x)) saves two
+    # tensors of its rows for the backward besides its weight: the linear layer's input
+    # (for the weight's gradient) and tanh's output (for tanh's). Inside
+    # checkpoint(use_reentrant=False), one: its input; and the backward runs its forward
+    # once more.
+    assert _saved_by_a_block(False) == ([(64, 16), (64, 16)], 0)
+    assert _saved_by_a_block(True) == ([(64, 16)], 1)
+
+
+def test_checkpointing_each_block_halves_what_the_forward_holds_with_equal_gradients():
+    # lesson 05 (activation checkpointing): demos/activations.py's measurement, in this
+    # process: what the forward allocates and still holds at its end, lesson 05's model
+    # 256 wide and 8 blocks deep on 128 rows: checkpointed, each block holds its input
+    # alone, one activation of 128 x 256 floats (128 KiB) less per block (8 x 128 KiB, give
+    # or take 40 KiB of the profiler's count measured at 128 and 512 rows): about half (55%
+    # measured); gradients equal bit for bit; a third more matrix-product work (4/3).
+    from ddp_helpers.demos.activations import activation_memory
+
+    m = activation_memory(rows=(128,))["by_rows"][128]
+    per_block = 128 * 256 * 4
+    assert abs((m["plain"] - m["checkpointed"]) - 8 * per_block) < per_block / 2, m
+    assert 0.45 < m["checkpointed"] / m["plain"] < 0.6, m
+    assert m["diff"] == 0.0 and m["again"] == 8, m
+    assert abs(m["flops"][1] / m["flops"][0] - 4 / 3) < 0.02, m
