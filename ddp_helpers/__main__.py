@@ -191,19 +191,12 @@ def _notebook_as_output(args) -> str | None:
 
 
 def _fill_grade(grade) -> None:
-    from .grading.defaults import DEFAULT_OUT, DEFAULT_TIMEOUT
+    from .grading.defaults import DEFAULT_OUT
 
     grade.add_argument("paths", nargs="+", metavar="PATH", help="notebooks or folders of them")
     grade.add_argument("--out", default=DEFAULT_OUT, help="the CSV to write (%(default)s)")
     grade.add_argument("--feedback", metavar="DIR", help="write one Markdown file per submission")
-    grade.add_argument(
-        "--timeout",
-        type=_positive,
-        default=DEFAULT_TIMEOUT,
-        metavar="S",
-        help="seconds a notebook may run (default %(default)g); each exercise's check gets "
-        "as long, at least 60",
-    )
+    _add_timeout(grade, "; each exercise's check gets as long, at least 60")
     grade.add_argument(
         "--jobs",
         type=int,
@@ -220,9 +213,32 @@ def _fill_grade(grade) -> None:
     _add_confinement(grade.add_argument_group("confinement of each submission"))
 
 
-def _add_grade_outputs(outputs) -> None:
+def _add_timeout(parser, more: str) -> None:
+    """--timeout, as grade and autograder both take it (`more` ends its help)."""
+    from .grading.defaults import DEFAULT_TIMEOUT
+
+    parser.add_argument(
+        "--timeout",
+        type=_positive,
+        default=DEFAULT_TIMEOUT,
+        metavar="S",
+        help="seconds a notebook may run (default %(default)g)" + more,
+    )
+
+
+def _add_visibility(parser) -> None:
+    """--hidden-visibility, as grade and autograder both take it."""
     from .grading.defaults import DEFAULT_VISIBILITY, VISIBILITIES
 
+    parser.add_argument(
+        "--hidden-visibility",
+        choices=VISIBILITIES,
+        default=DEFAULT_VISIBILITY,
+        help="when Gradescope shows the grader's extra cases (%(default)s)",
+    )
+
+
+def _add_grade_outputs(outputs) -> None:
     outputs.add_argument(
         "--student-from",
         metavar="PATTERN",
@@ -235,12 +251,7 @@ def _add_grade_outputs(outputs) -> None:
         metavar="DIR",
         help="write Gradescope's results.json per submission (DIR/results.json for one)",
     )
-    outputs.add_argument(
-        "--hidden-visibility",
-        choices=VISIBILITIES,
-        default=DEFAULT_VISIBILITY,
-        help="when Gradescope shows the grader's extra cases (%(default)s)",
-    )
+    _add_visibility(outputs)
     outputs.add_argument(
         "--report", metavar="FILE", help="write the class report: what the class got wrong (HTML)"
     )
@@ -365,25 +376,14 @@ def _pace(args, parser) -> int:
 
 
 def _fill_autograder(autograder) -> None:
-    from .grading.defaults import DEFAULT_TIMEOUT, DEFAULT_VISIBILITY, DEFAULT_ZIP, VISIBILITIES
+    from .grading.defaults import DEFAULT_ZIP
 
     autograder.add_argument(
         "--lesson", required=True, choices=sorted(LESSONS), help="the lesson it grades"
     )
     autograder.add_argument("--out", default=DEFAULT_ZIP, help="the zip to write (%(default)s)")
-    autograder.add_argument(
-        "--timeout",
-        type=_positive,
-        default=DEFAULT_TIMEOUT,
-        metavar="S",
-        help="seconds a notebook may run (default %(default)g), as for grade",
-    )
-    autograder.add_argument(
-        "--hidden-visibility",
-        choices=VISIBILITIES,
-        default=DEFAULT_VISIBILITY,
-        help="when Gradescope shows the grader's extra cases (%(default)s)",
-    )
+    _add_timeout(autograder, ", as for grade")
+    _add_visibility(autograder)
 
 
 def _autograder(args, parser) -> int:

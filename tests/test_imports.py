@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from ddp_helpers.entry_points import ALL as ENTRY_POINTS
 from ddp_helpers.paths import PACKAGE  # the package, as it finds itself
 
 
@@ -142,3 +143,90 @@ def test_the_grader_s_data_types_load_without_the_launcher():
     loaded = _loaded("import ddp_helpers.grading.results")
     assert "ddp_helpers.grading.results" in loaded
     assert not [m for m in loaded if m.startswith("ddp_helpers.launcher")], loaded
+
+
+@pytest.mark.parametrize("target", ENTRY_POINTS)
+def test_each_process_entry_point_is_a_module_that_runs_as_a_program(target):
+    path, is_package = MODULES[target]
+    if is_package:  # `python -m package` runs its __main__
+        path, _ = MODULES[f"{target}.__main__"]
+    tree = ast.parse(path.read_text())
+    assert (
+        any(isinstance(node, ast.If) and "__name__" in ast.unparse(node.test) for node in tree.body)
+        or path.name == "__main__.py"
+    ), f"{path} has no `if __name__ == '__main__':`"
+
+
+def test_every_process_the_package_starts_of_its_own_is_named_in_the_registry():
+    # A literal 'ddp_helpers.x.y' beside "-m" would start a module the registry does not know.
+    named = []
+    for name, (path, _) in MODULES.items():
+        if name == "ddp_helpers.entry_points":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.List):
+                words = [e.value for e in node.elts if isinstance(e, ast.Constant)]
+                if "-m" in words:
+                    after = words[words.index("-m") + 1 :][:1]
+                    named += [(name, w) for w in after if str(w).startswith("ddp_helpers")]
+    assert not named, named
+    scripts = (PACKAGE / "grading" / "gradescope").glob("*")
+    for script in (s for s in scripts if s.suffix in ("", ".sh") and s.is_file()):
+        for line in script.read_text().splitlines():
+            if " -m ddp_helpers" in line and not line.lstrip().startswith("#"):
+                assert any(f"-m {t} " in line + " " for t in ENTRY_POINTS), (script, line)
+
+
+def _folder_graphs() -> dict[str, dict[str, set[str]]]:
+    """For each package, its direct members as nodes (a subpackage stands for everything in
+    it, a module for itself) and the imports between them, inside functions too."""
+    graph = _imports()
+    packages = {name for name, (_, is_package) in MODULES.items() if is_package}
+    out: dict[str, dict[str, set[str]]] = {}
+    for package in packages:
+
+        def member(module: str, package=package) -> str | None:
+            if not module.startswith(package + "."):
+                return None
+            return package + "." + module[len(package) + 1 :].split(".")[0]
+
+        nodes: dict[str, set[str]] = {}
+        for module, targets in graph.items():
+            if (a := member(module)) is None:
+                continue
+            nodes.setdefault(a, set())
+            nodes[a] |= {b for t in targets if (b := member(t)) is not None and b != a}
+        out[package] = nodes
+    return out
+
+
+def test_no_import_cycle_between_the_folders_of_a_package():
+    # grading/outputs <-> grading/gradescope was one, hidden by imports inside functions.
+    cycles = {p: c for p, g in _folder_graphs().items() if (c := _cycle(g))}
+    assert not cycles, cycles
+
+
+# The grader's layers, lowest first: a module imports its own layer or those below, never one
+# above (the worker never reaches the batch; outputs never reach the worker for its words).
+GRADING_LAYERS = [
+    {"results", "defaults", "budget", "folders", "words", "notebooks"},  # data, every role's
+    {"confinement"},
+    {"worker", "outputs"},
+    {"orchestration"},
+    {"api"},
+    {"gradescope"},
+]
+
+
+def test_no_module_of_the_grader_imports_a_layer_above_its_own():
+    layer = {name: n for n, names in enumerate(GRADING_LAYERS) for name in names}
+    members = _folder_graphs()["ddp_helpers.grading"]
+    assert {m.rpartition(".")[2] for m in members} - {"__init__"} == set(layer), "a new member"
+    upward = [
+        f"{a} imports {b}"
+        for a, targets in members.items()
+        for b in targets
+        if a.rpartition(".")[2] in layer
+        and layer[b.rpartition(".")[2]] > layer[a.rpartition(".")[2]]
+    ]
+    assert not upward, upward

@@ -28,7 +28,7 @@ _LAZY = {
     "Submission": "results",
     "GradingError": "orchestration.submissions",
     "find_submissions": "orchestration.submissions",
-    "lesson_of": "orchestration.submissions",
+    "lesson_of": "notebooks",
 }
 
 __getattr__ = lazy_getattr(__name__, _LAZY)

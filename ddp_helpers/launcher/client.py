@@ -9,6 +9,7 @@ import sys
 import threading
 
 from .. import torch_compat
+from ..entry_points import ZYGOTE
 from ..i18n import messages
 from ..procs import REAP_WAIT, nproc_limit, with_this_package
 from . import wire
@@ -39,7 +40,7 @@ class ZygoteClient:
         """`fork_fails_at`: for the tests, a rank that no launch can fork (Zygote's)."""
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         env = with_this_package(zygote_environment(os.environ))
-        argv = [*_confined_by, sys.executable, "-m", "ddp_helpers.launcher.zygote"]
+        argv = [*_confined_by, sys.executable, "-m", ZYGOTE]
         argv.append(str(child.fileno()))
         if fork_fails_at is not None:
             argv.append(str(fork_fails_at))

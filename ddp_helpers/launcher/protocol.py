@@ -85,6 +85,12 @@ class Signal:
 
 
 @dataclass(frozen=True)
+class MoreFds:
+    """Framing, any direction: sent ahead of a message with more descriptors than one
+    message may carry, carrying some of them; wire.recv returns them with what follows."""
+
+
+@dataclass(frozen=True)
 class WarmUp:
     """This kernel's ranks will build DDP models: import what DDP imports once idle (as WARM)."""
 

@@ -13,7 +13,7 @@ import socket
 import struct
 
 from .plain import load_message
-from .protocol import ProtocolError
+from .protocol import MoreFds, ProtocolError
 
 _HEADER = struct.Struct("!Q")
 MAX_FDS = 250  # below the kernel's SCM_RIGHTS limit of 253 per message
@@ -66,16 +66,11 @@ class MessageReader:
         return out
 
 
-# Sent ahead of a message with more than MAX_FDS descriptors, carrying MAX_FDS of them
-# each; recv() collects them and returns them with the message that follows.
-_MORE_FDS = "ddp_helpers.wire.more_fds"
-
-
 def send(sock: socket.socket, obj, fds=()) -> None:
     """Send one message over a Unix stream socket, with any number of descriptors attached."""
     fds = list(fds)
     while len(fds) > MAX_FDS:  # each message carries MAX_FDS at most (the kernel: 253)
-        _send_one(sock, _MORE_FDS, fds[:MAX_FDS])
+        _send_one(sock, MoreFds(), fds[:MAX_FDS])
         fds = fds[MAX_FDS:]
     _send_one(sock, obj, fds)
 
@@ -103,7 +98,7 @@ def recv(sock: socket.socket):
     while True:
         obj, more = _recv_one(sock)
         fds += more
-        if not (isinstance(obj, str) and obj == _MORE_FDS):
+        if not isinstance(obj, MoreFds):
             return obj, fds
 
 

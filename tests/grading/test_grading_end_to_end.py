@@ -17,8 +17,7 @@ from fixtures.submissions import ESCAPEE_SECONDS, NAMES, make_submissions
 from grading_common import TIMEOUT, _grade_cli
 
 from ddp_helpers.exercises import exercises_of, lesson01
-from ddp_helpers.grading import ExerciseScore
-from ddp_helpers.grading.worker import scorer
+from ddp_helpers.grading import ExerciseScore, words
 from support import ROOT, extra_case_lines, processes_under
 
 # ---------------------------------------------------------------- one batch, end to end
@@ -224,7 +223,7 @@ def test_feedback_of_a_partly_wrong_submission_says_what_and_hints(batch):
 
 def test_a_japanese_submission_gets_its_feedback_and_gradescope_output_in_japanese(batch):
     from ddp_helpers import i18n
-    from ddp_helpers.grading.outputs.reports import FEEDBACK
+    from ddp_helpers.grading.words import FEEDBACK
 
     name = f"japanese/{NAMES['01']}"
     assert _mistakes_of(batch, name)["1.4"] == "gather_shape"
@@ -429,7 +428,7 @@ def test_every_mistake_a_score_can_carry_has_a_short_title_in_the_report():
     from ddp_helpers.grading.outputs import class_report
 
     core = ["not_attempted", "not_attempted_other", "not_attempted_pasted", "error", "missing"]
-    grader = [k.removesuffix(".title") for k in scorer.MESSAGES if k.endswith(".title")]
+    grader = [k.removesuffix(".title") for k in words.GRADER if k.endswith(".title")]
     raised = {"exception": "ValueError"}  # what an error's title names
     for lesson in LESSONS:
         for ex in exercises_of(lesson):

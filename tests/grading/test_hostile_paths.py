@@ -27,8 +27,8 @@ from grading_common import _row, grade_in, left_running, tmpdir_of
 
 from ddp_helpers import grading
 from ddp_helpers.files import remove_tree
-from ddp_helpers.grading import GradeOptions, Status, TimeBudget
-from ddp_helpers.grading.orchestration import finding, submissions
+from ddp_helpers.grading import GradeOptions, Status, TimeBudget, notebooks
+from ddp_helpers.grading.orchestration import finding
 from ddp_helpers.grading.outputs.class_report import Tally, render
 from ddp_helpers.grading.outputs.reports import feedback_markdown
 from ddp_helpers.paths import ROOT
@@ -277,11 +277,11 @@ def _read_measured(path: Path) -> dict:
 
 FILES = {
     "8 MiB of {}": (b"{},", 8 << 20, False, "holds more than 500,000 JSON values"),
-    "64 MiB of 0": (b"0,", submissions.MAX_NOTEBOOK, False, "holds more than 500,000"),
-    "64 MiB of empty strings": (b'"",', submissions.MAX_NOTEBOOK, False, "more than 500,000"),
+    "64 MiB of 0": (b"0,", notebooks.MAX_NOTEBOOK, False, "holds more than 500,000"),
+    "64 MiB of empty strings": (b'"",', notebooks.MAX_NOTEBOOK, False, "more than 500,000"),
     "64 MiB of text with an emoji": (
         "\N{GRINNING FACE}".encode(),
-        submissions.MAX_NOTEBOOK,
+        notebooks.MAX_NOTEBOOK,
         True,
         "takes 268,435,",
     ),
@@ -456,7 +456,7 @@ def test_one_file_under_two_names_is_graded_once(tmp_path, monkeypatch):
     os.link(tmp_path / "subs" / "bob" / "01.ipynb", tmp_path / "subs" / "eve" / "01.ipynb")
     # mallory's folder given by name: the instructor's (a link), searched as given.
     found = {s.name: s for s in grading.find_submissions(["subs/alice", "subs/mallory", "subs"])}
-    assert found["subs/alice/01.ipynb"].problem == submissions.INSTRUCTOR_TEXT["no_lesson"]
+    assert found["subs/alice/01.ipynb"].problem == notebooks.PROBLEMS["no_lesson"]
     assert found["subs/mallory/01.ipynb"].problem.startswith(
         "This is the same file as subs/alice/01.ipynb, reached here through a symbolic link"
     )

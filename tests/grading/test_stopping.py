@@ -14,7 +14,7 @@ import psutil
 from fixtures.submissions import NAMES, make_submissions
 from grading_common import _env
 
-from ddp_helpers.grading.orchestration import submissions
+from ddp_helpers.grading import notebooks
 from ddp_helpers.procs import with_this_package
 from support import ROOT, SOON, processes_under
 
@@ -134,7 +134,7 @@ def test_the_workers_plain_reading_of_code_cells_matches_nbformat():
     for path in sorted(ROOT.glob("*/0*.ipynb")):
         nb = nbformat.read(path, as_version=4)
         want = [c.source for c in nb.cells if c.cell_type == "code"]
-        assert submissions.code_sources(path) == want, path
+        assert notebooks.code_sources(path) == want, path
 
 
 def test_nbformat_imported_quickly_still_validates_and_leaves_the_iri_checker_importable():

@@ -183,7 +183,7 @@ def test_a_merge_that_cannot_be_done_writes_nothing_and_says_why(tmp_path, args,
 
 
 def test_gradescope_extra_cases_at_the_visibility_asked_for():
-    from ddp_helpers.grading.gradescope import results as gradescope
+    from ddp_helpers.grading.outputs import gradescope_json as gradescope
 
     row = Row(
         _sub("a/01.ipynb"),

@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ...entry_points import CONFINE
 from ...i18n import messages
 from ...paths import PACKAGE  # ddp_helpers/, the course's own code
 from ..defaults import DEFAULT_DISK, DEFAULT_TASKS
@@ -351,7 +352,7 @@ class Cage:
         """argv, started inside the cage: in its cgroups, under its rlimits, in bwrap (which
         shows it the files `read_only` too: the kernel's connection file; and the folders
         `writable` beside its box: the checks' own)."""
-        confine = [sys.executable, "-P", "-m", "ddp_helpers.grading.confinement.confine"]
+        confine = [sys.executable, "-P", "-m", CONFINE]
         for path in set(self.dirs.values()):
             confine += ["--cgroup", str(path)]
         confine += self.conf.limits.confine_args(self.conf.memory)

@@ -33,7 +33,7 @@ def _listed(paths: list[Path], folder: Path) -> str:
 
 def pick_notebook(folder: Path, lesson: str) -> tuple[Path | None, str | None]:
     """(the notebook to grade, None) or (None, why there is none to grade)."""
-    from ..orchestration.submissions import lesson_of
+    from ..notebooks import lesson_of
 
     files = sorted(
         p
@@ -63,8 +63,8 @@ def run(root: Path) -> int:
     from ..budget import TimeBudget
     from ..orchestration.batch import GradeOptions
     from ..orchestration.submissions import GradingError
+    from ..outputs.gradescope_json import write_results
     from ..results import Row, Submission
-    from .results import write_results
 
     # The platform's own folders, links resolved: the grader refuses a notebook given with a
     # link on its path (as a glob could put a learner's there), and only submission/ is the

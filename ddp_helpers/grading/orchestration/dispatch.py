@@ -16,6 +16,7 @@ import threading
 import time
 
 from ... import i18n
+from ...entry_points import WORKER
 from ...exercises.verdicts import CheckStatus
 from ...i18n import messages
 from ...procs import PIPE_WAIT, Reaper, describe_exit, supervise, with_this_package
@@ -102,7 +103,7 @@ def _run_worker(
     env["DDP_HELPERS_GRADER_PID"] = str(os.getpid())
     env[CGROUP_NAME_ENV] = cgroups = cgroup_name()
     proc = subprocess.Popen(
-        [sys.executable, "-P", "-m", "ddp_helpers.grading.worker.process"]
+        [sys.executable, "-P", "-m", WORKER]
         + [str(sub.path), sub.lesson, json.dumps(budget.to_json()), json.dumps(conf.to_json())],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,

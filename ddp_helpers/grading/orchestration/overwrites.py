@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..gradescope.results import results_paths
+from ..outputs.gradescope_json import results_paths
 from ..outputs.reports import feedback_names
 from ..results import Submission
 from .submissions import GradingError

@@ -22,8 +22,8 @@ from ...exercises.texts import Texts, status_names
 from ...exercises.verdicts import CheckStatus, colour
 from ...files import replaced_whole
 from ...i18n import messages
+from .. import words
 from ..results import STATUSES, ExerciseScore, Row, Status
-from ..worker import scorer
 from .escape import printable
 
 OUTCOMES = tuple(CheckStatus)
@@ -51,7 +51,7 @@ def title_of(lesson: str, score: ExerciseScore) -> str:
     try:
         if key in texts:
             return texts.text(key, **score.fields)
-        return scorer.text(key, **score.fields)
+        return words.text(key, **score.fields)
     except (KeyError, IndexError, ValueError):
         return str(score.mistake)
 

@@ -11,8 +11,8 @@ from ... import i18n
 from ...exercises.texts import status_names
 from ...exercises.verdicts import mark
 from ...files import replaced_whole
-from ...i18n import messages
 from ..results import STATUSES, Row, Status, Submission
+from ..words import FEEDBACK
 from .escape import code_block, csv_cell, line, markdown, markdown_fill, printable
 
 # What the instructor reads (the batch's progress lines and summary): English only.
@@ -26,41 +26,6 @@ INSTRUCTOR_TEXT = {
     "summary_means": "mean points per exercise (submissions that ran):",
     "summary_mean": "  {column:<32} {mean:.2f} of {max}  (n={n})",
 }
-
-# What the learner reads (the feedback file, Gradescope): in the submission's language.
-FEEDBACK = messages(
-    "grading.feedback",
-    {
-        "title": "# Feedback: `{name}`",
-        "invalid": "**Status: invalid.** This file could not be graded.",
-        "score": (
-            "Lesson {lesson} · **{points} of {max_points} points** · status **{status}** · "
-            "graded in {seconds:.1f} s (limit {limit:g} s for the notebook)"
-        ),
-        "status": {
-            "ok": "The notebook ran to its end.",
-            "timeout": (
-                "The notebook, or one of its answers, ran past the time limit and was stopped."
-            ),
-            "error": "The notebook's kernel, or the grader's process running an answer, died.",
-        },
-        "status_word": {"ok": "ok", "timeout": "timeout", "error": "error", "invalid": "invalid"},
-        "table": "| exercise | points | result |",
-        "hint": "💡 Hint: {hint}",
-        "happened": "## What happened",
-        "cell_errors": "## Cells that raised an error",
-        "more_errors": "(and {count} more)",
-        "times": "Times: notebook {run:.1f} s, checks {checks:.1f} s.",
-        "course_same": (
-            "This file is the course's solved notebook `{name}` itself (the same file under "
-            "another name): it is graded as any copy of it would be."
-        ),
-        "course_copy": (
-            "This file is a copy, byte for byte, of the course's solved notebook `{name}`: it "
-            "is graded as any copy of it would be."
-        ),
-    },
-)
 
 
 def in_order(rows: list[Row], subs: list[Submission]) -> list[Row]:

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Protocol
 
 from ...files import replaced_whole
-from ..gradescope.results import results_paths, write_results
 from ..results import Row
 from .class_report import Tally, write_report
+from .gradescope_json import results_paths, write_results
 from .reports import csv_cells, csv_header, write_feedback
 
 # What the batch's last line says each output wrote, and its warnings: for the instructor.

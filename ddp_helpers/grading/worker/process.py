@@ -33,7 +33,7 @@ from ..confinement.sandbox import (
     shown_size,
 )
 from ..folders import WorkFolders
-from ..orchestration.submissions import code_sources, language_of
+from ..notebooks import code_sources, language_of
 from ..results import Event, Outcome, Status
 from .kernel import (
     MAX_MESSAGE,

@@ -32,59 +32,21 @@ import sys
 import tempfile
 import time
 
+from ...entry_points import SCORER
 from ...exercises.answer import Answer
 from ...exercises.verdicts import CheckStatus, Hidden
 from ...files import TooBig, read_capped, remove_tree
-from ...i18n import messages
 from ...launcher.plain import load_restricted
 from ...procs import Reaper, describe_exit, supervise, undumpable
 from ..folders import WorkFolders
 from ..results import Event, ExerciseScore
+from ..words import GRADER, GRADER_KEYS
 from .kernel import cap, start_logged
 
-# The grader's own mistakes (keys as in the exercises' tables: a message under its key, a
-# title for the class report under f"{key}.title"; "missing" is the exercises' key too).
-MESSAGES = messages(
-    "grading.scorer",
-    {
-        "check_timeout": (
-            "Checking this answer did not finish within {limit:g} s (an endless loop, or a "
-            "rank waiting for one that never comes?), so it was stopped."
-        ),
-        "check_timeout.title": "its check was stopped at the time limit",
-        "check_died": "Checking this answer ended the grader's process ({how}).",
-        "check_died.title": "its check ended the grader's process",
-        "missing": "`{name}` is not defined in this notebook (was its cell run, or renamed?).",
-        "unsendable": "`{name}` could not be taken out of the notebook: {error}",
-        "unsendable.title": "could not be taken out of the notebook",
-        "unloadable": "`{name}` could not be loaded by the grader: {error}",
-        "unloadable.title": "could not be loaded by the grader",
-        "too_big": "the notebook's answers take {size} bytes, over the {limit} the grader reads",
-        "malformed": "the file of answers was not the one the grader writes",
-        "unreadable": "the grader could not read the notebook's saved answers ({error})",
-        "check_bad_line": (
-            "The grader's check process said something the grader does not accept ({why}); "
-            "this exercise was not scored. Either the grader has a bug, or code of this "
-            "notebook wrote into the grader's own channel (which only a grading without the "
-            "sandbox lets it reach): tell your instructor."
-        ),
-        "check_bad_line.title": "its check said something the grader does not accept",
-        "not_scored.title": "not scored: the grader failed on the submission",
-    },
-)
-# The keys of the grader's own mistakes, beyond those of each exercise (Exercise.mistake_keys).
-GRADER_KEYS = frozenset(
-    ["check_timeout", "check_died", "check_bad_line", "missing", "unsendable", "unloadable"]
-)
 ANSWERS_LIMIT = 256 << 20  # bytes of answers a scorer reads (a function and what it holds)
 LINE_LIMIT = 1 << 20  # bytes of one line a scorer writes (each field is capped well below)
 MESSAGE = 8000  # characters of a message or hint kept
 FIELD = 500  # characters of a field of a mistake's title
-
-
-def text(key: str, /, **fields) -> str:
-    """The grader's own message or mistake title under `key`, in the current language."""
-    return MESSAGES[key].format(**fields)
 
 
 def load_answers(path: str) -> tuple[dict, str | None]:
@@ -96,15 +58,15 @@ def load_answers(path: str) -> tuple[dict, str | None]:
     except FileNotFoundError:
         return {}, None
     except TooBig as exc:
-        return {}, MESSAGES["too_big"].format(size=exc.size, limit=ANSWERS_LIMIT)
+        return {}, GRADER["too_big"].format(size=exc.size, limit=ANSWERS_LIMIT)
     except OSError as exc:
-        return {}, MESSAGES["unreadable"].format(error=exc)
+        return {}, GRADER["unreadable"].format(error=exc)
     try:
         found = load_restricted(data, {})  # no class or function allowed
     except Exception:  # noqa: BLE001 - anything but the dict the probe writes
-        return {}, MESSAGES["malformed"]
+        return {}, GRADER["malformed"]
     if not isinstance(found, dict):
-        return {}, MESSAGES["malformed"]
+        return {}, GRADER["malformed"]
     answers = {
         name: entry
         for name, entry in found.items()
@@ -152,7 +114,7 @@ def _references() -> set[tuple[str, str]]:
 
 def _grader_found(status: CheckStatus, mistake: str, **fields) -> dict:
     """A result the grader gives without the check: one of its own mistakes."""
-    return {"status": status, "message": MESSAGES[mistake].format(**fields), "mistake": mistake}
+    return {"status": status, "message": GRADER[mistake].format(**fields), "mistake": mistake}
 
 
 def _score_one(ex, entry, unreadable: str | None, references) -> dict:
@@ -226,7 +188,7 @@ def score(
         if kind is None:
             if all(i in results for i in remaining):
                 break
-            kind, text = "check_died", MESSAGES["check_died"].format(how=describe_exit(0))
+            kind, text = "check_died", GRADER["check_died"].format(how=describe_exit(0))
         progressed = any(i in results for i in remaining)
         if stopped_in is None and progressed:
             continue  # it stopped between two exercises: a new scorer takes the rest
@@ -247,7 +209,7 @@ def _run_scorer(folders: WorkFolders, lesson, ids, env, limits, results, cage) -
     reaper = Reaper(orphans=True)  # what it leaves may outlive it: our children, as orphans
     read_fd, write_fd = os.pipe()
     # -P: nothing the notebook wrote into a folder can shadow a module here.
-    argv = [sys.executable, "-P", "-m", "ddp_helpers.grading.worker.scorer"]
+    argv = [sys.executable, "-P", "-m", SCORER]
     argv += [folders.answers, lesson, str(write_fd), *ids]
     seal = secrets.token_hex(16)
     # The checks' folders (their TMPDIR, the scorer's and its ranks' working folder): new,
@@ -391,16 +353,16 @@ def _read_scores(
     watch = cage.watch if cage is not None else None
     try:
         if supervise(proc, closed, lambda: state["deadline"], watch) == "late":
-            text = MESSAGES["check_timeout"].format(limit=limit())
+            text = GRADER["check_timeout"].format(limit=limit())
             return state["current"], "check_timeout", text
         code = proc.wait()  # the scorer is gone: what it wrote is read
         drain()
     except BadLine as exc:
-        return state["current"], "check_bad_line", MESSAGES["check_bad_line"].format(why=exc)
+        return state["current"], "check_bad_line", GRADER["check_bad_line"].format(why=exc)
     if code == 0 and state["current"] is None:
         return None, None, ""
     how = describe_exit(code if cage is None else cage.exit_code(code))
-    return state["current"], "check_died", MESSAGES["check_died"].format(how=how)
+    return state["current"], "check_died", GRADER["check_died"].format(how=how)
 
 
 def main(argv: list[str]) -> int:

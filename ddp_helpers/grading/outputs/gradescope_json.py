@@ -23,8 +23,9 @@ from ...exercises.verdicts import CheckStatus, Hidden
 from ...files import replaced_whole
 from ...i18n import messages
 from ..defaults import DEFAULT_VISIBILITY, VISIBILITIES  # noqa: F401 - the tests read them here
-from ..outputs.escape import printable
 from ..results import Row, Status
+from ..words import FEEDBACK
+from .escape import printable
 
 MESSAGES = messages(
     "grading.gradescope",
@@ -57,8 +58,6 @@ def _results_json(row: Row, hidden_visibility: str) -> dict:
     seconds = round(row.seconds, 1)
     if row.status is Status.INVALID:
         return _invalid_results(sub.problem or "", seconds)
-    from ..outputs.reports import FEEDBACK
-
     tests = [t for ex in row.exercises for t in _exercise_tests(ex, hidden_visibility)]
     if row.status is not Status.OK:
         tests.insert(0, _notebook_test(row))
@@ -96,8 +95,6 @@ def _invalid_results(problem: str, seconds: float) -> dict:
 
 def _exercise_tests(ex, hidden_visibility: str) -> list[dict]:
     """An exercise's test, worth its points; then a test of 0 points for its extra cases."""
-    from ..outputs.reports import FEEDBACK
-
     extra_failed = ex.hidden is Hidden.FAILED
     output = MESSAGES["decided_by_extra"] if extra_failed else ex.message
     if ex.hint and not extra_failed:
@@ -133,8 +130,6 @@ def _exercise_tests(ex, hidden_visibility: str) -> list[dict]:
 
 def _notebook_test(row: Row) -> dict:
     """The failed "Notebook" test of a notebook that did not run to its end: what happened."""
-    from ..outputs.reports import FEEDBACK
-
     text = [FEEDBACK["status"][row.status.value]]
     for e in row.events:
         if e.kind != "cell_error":
