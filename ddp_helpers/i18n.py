@@ -153,6 +153,13 @@ _WIDE = "\u3000-\u9fff\uff00-\uffef"  # CJK characters and punctuation, full-wid
 _SPACE_BETWEEN_WIDE = re.compile(f"(?<=[{_WIDE}]) (?=[{_WIDE}])")
 
 
+def tightened(text: str) -> str:
+    """text without a space between two CJK characters (「は 集団通信 で」 is 「は集団通信で」): a
+    template keeps the space beside a field for a value that is code, and a value that is
+    Japanese text then leaves it between Japanese; English text is unchanged."""
+    return _SPACE_BETWEEN_WIDE.sub("", text)
+
+
 def and_listed(items, groups: bool = False) -> str:
     """'0, 1 and 2' (Japanese: '0、1 と 2'); one item as it is. `groups`: items that are
     lists themselves ('4.1 and 4.2, 2.1 from lesson 02 and ...'; Japanese joins them with 、).
@@ -161,7 +168,7 @@ def and_listed(items, groups: bool = False) -> str:
     if not first:
         return last
     template = JOINS["and_groups" if groups else "and"]
-    return _SPACE_BETWEEN_WIDE.sub("", template.format(first=listed(first), last=last))
+    return tightened(template.format(first=listed(first), last=last))
 
 
 def sentences(*parts: str) -> str:

@@ -128,7 +128,8 @@ class Touchpoint:
         """In a new rank, when not usable."""
 
     def warning(self, why: Reason) -> str:
-        return MESSAGES["fallback"].format(what=self.what, why=why, lost=self.lost)
+        # `what` is code or Japanese text: the space the template keeps for code goes
+        return i18n.tightened(MESSAGES["fallback"].format(what=self.what, why=why, lost=self.lost))
 
 
 # ---------------------------------------------------------------- the touchpoints

@@ -16,15 +16,30 @@ What a rule catches (each class the Japanese editor's read found that a rule can
   and its banned renderings (フォワード for 順伝播, 「return した」 for 関数から戻った, あなた for
   自分, the long-vowel パラメーター and バッファー for パラメータ and バッファ);
 - the prefix of a note: 注:, never 注意: (`[ddp_helpers] 注:`);
+- the glossary's words for a call or a variable left bare in prose: barrier (バリア), epoch
+  (エポック), async (非同期); ranks counted 「ランク N 個」 (N ランク, N 個のランク, or ランク N
+  alone, which names rank N); the verb シャードする (シャーディングする: シャード is the noun);
+- a number of five or more digits, next to its counter or after 上限 / 最大, not grouped with
+  commas (「10000 個」 is 「10,000 個」): in what was printed, so a template's `{count} 個` is
+  caught when a test renders it with a large value (test_answers, the grader's tests);
+- a mistake's title in the past (〜た, 〜された) rather than a state (〜している, 〜していない):
+  `past_title`, over every `*.title` of the exercises' domains in the catalog (test_i18n); the
+  grader's own events (`grading.scorer`'s check_timeout.title: what the grader did) are
+  not a learner's mistake and stay in the past;
 - English where the edition speaks Japanese: a comment of a code cell, a line a code cell
   prints (`english_comment`, `english_printed`).
 What only a reader can judge, and the editor's read is for: meaning drift against the
 English (a dropped condition, a changed subject, a hedge lost), translationese (直訳調), the
 glossary's rules that depend on sense ("hold" is not 〜を持ちます when a rank holds a value, but a
 process may have (持つ) its own interpreter; a count of five digits is grouped with commas, a
-port or a process id is not), the clarity of a prompt (does a learner know what to write), a
-term used for the wrong idea, paragraphs too long or too nested, and whether a figure's labels
-say what the prose says.
+port or a process id is not; whether a template's number field can pass 999, so that it needs
+`{count:,}`: a rule sees only the number printed), the clarity of a prompt (does a learner
+know what to write), a term used for the wrong idea, paragraphs too long or too nested, and
+whether a figure's labels say what the prose says; a method's name used as a verb
+(「set_epoch している」 for 「set_epoch を呼んでいる」; 「all_reduce する」 is the glossary's);
+a fragment that reads well alone and wrongly once slotted into its host message (a subject lost,
+parentheses nested); whether a title is a learner's mistake (〜している) or the grader's event
+(its past stays).
 """
 
 from __future__ import annotations
@@ -48,7 +63,25 @@ PARENTHESISED = re.compile(r"(?:（|(?<![\w)\]])\()\s*([a-z][a-z -]*?)\s*[)）]"
 # Words the glossary translates, bare in prose or a message (not the call backward(), not a
 # name such as forward_sync_buffers, not a gloss in parentheses).
 # A stack's line of torch's functions ("in torch: forward > _pre_forward") names code.
-BARE = re.compile(r"(?<![\w.（(])(?<!> )(forward|backward|overlap)(?![\w(）)])(?! >)", re.I)
+# barrier / epoch / async: the call, the variable and the keyword are code (backticks, a call's
+# "(", "epoch=", a stack's "> barrier"); in prose they are バリア, エポック, 非同期.
+BARE = re.compile(
+    r"(?<![\w.])(?<!> )(forward|backward|overlap|barrier|epochs?|async)(?![\w(）)=])(?! >)",
+    re.I,
+)
+# A message's field ({epoch}, {epochs: エポック}) is not a word of its text.
+FIELD = re.compile(r"\{[^{}]*\}")
+# Ranks are counted N ランク or N 個のランク: 「ランク 4 個」 first reads as "rank 4".
+RANKS_COUNTED = re.compile(r"ランク\s*(?:\{[^{}]*\}|\d+)\s*個")
+# Five or more digits without their commas, before a counter or after a limit's word.
+UNGROUPED = re.compile(
+    r"(?<![\d,.])\d{5,}\s*(?:個|件|行|要素|バイト|回|ステップ|ファイル|プロセス)"
+    r"|(?:上限|最大)\s*\d{5,}(?![\d,.])"
+)
+# A mistake's title says a state of the answer (〜している, 〜していない, a noun phrase), not
+# an event in the past: 「学習率をワールドサイズ倍にした」 is 「…倍にしている」. A closing
+# parenthesis may follow (「戻らなかった（無限ループの可能性）」).
+PAST_TITLE = re.compile(r"(?:た|だ)(?:（[^（）]*）)?$")
 # GPUs are counted with 基.
 GPU_COUNTER = re.compile(
     r"GPU\s*(?:を|は|が|も)?\s*\d+\s*(?:つ|枚)|\d+\s*(?:つ|枚)の\s*GPU|枚のカード"
@@ -68,6 +101,10 @@ REJECTED = {
     "あなた": "自分",
     "パラメーター": "パラメータ",
     "バッファー": "バッファ",
+    "シャードする": "シャーディングする",
+    "シャードして": "シャーディングして",
+    "シャードした": "シャーディングした",
+    "シャード化": "シャーディング",
 }
 # A note is 注: (the glossary's `[ddp_helpers] note:` → `[ddp_helpers] 注:`), never 注意:.
 NOTE_PREFIX = re.compile(r"注意\s*[:：]")
@@ -110,7 +147,7 @@ def english_in_japanese(line: str) -> list[str]:
     for words in PARENTHESISED.findall(text):
         if words not in _TERMS:
             found.append(f"English in parentheses ({words})")
-    for word in BARE.findall(text):
+    for word in BARE.findall(FIELD.sub(" ", text)):
         found.append(f"a bare English word the glossary translates ({word})")
     if GPU_COUNTER.search(text):
         found.append("GPUs counted without 基")
@@ -127,7 +164,16 @@ def english_in_japanese(line: str) -> list[str]:
         found.append("マシン N 台 × N ランク (the glossary says N マシン × N ランク)")
     if MACHINES_UNCOUNTED.search(text):
         found.append("N マシン outside N マシン × N ランク (machines alone: マシン N 台)")
+    if RANKS_COUNTED.search(text):
+        found.append("ランク N 個 (the glossary says N ランク or N 個のランク)")
+    if UNGROUPED.search(text):
+        found.append("a count of five or more digits without commas (write {n:,})")
     return found
+
+
+def past_title(title: str) -> bool:
+    """A mistake's title in the past (〜た), where the glossary wants a state (〜している)."""
+    return bool(PAST_TITLE.search(title.strip()))
 
 
 def _english_words(text: str) -> list[str]:

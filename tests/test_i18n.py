@@ -316,6 +316,80 @@ def test_the_guard_catches_what_it_is_for():
     assert _english_in_japanese("A100 8 基で230〜250 GB/s です")  # a number joined to Japanese
     assert _english_in_japanese("要素 72 と120個")
     assert not _english_in_japanese("A100 8 基で 230〜250 GB/s、`rank0` と `cuda:0`")
+    # issue 52: the editors' read of the catalog
+    assert _english_in_japanese("集団通信（barrier、all_reduce、broadcast）で待っていました")
+    assert not _english_in_japanese("集団通信（バリア、all_reduce）の前に dist.barrier() を呼ぶ")
+    assert not _english_in_japanese(
+        "torch の中: wrapper > barrier（distributed_c10d.py、5356 行目）"
+    )
+    assert _english_in_japanese("チェックポイントの epoch が 3 ですが")
+    assert _english_in_japanese("{epochs} epochs 学習しました")
+    assert not _english_in_japanese(
+        "エポック {epoch} で set_epoch(epoch) を呼び、epoch=3 と `epoch`"
+    )
+    assert not _english_in_japanese("{epochs: エポック}学習し、キーが 'epoch' の辞書")
+    assert _english_in_japanese("async の all_reduce を待っていない")
+    assert not _english_in_japanese("非同期の all_reduce（async_op=True）を待っていない")
+    assert _english_in_japanese("このマシンのランク {ranks} 個には足りません")
+    assert _english_in_japanese("このマシンのランク 4 個には足りません")
+    assert not _english_in_japanese("このマシンの 4 個のランク、ランク 4 と 4 ランク")
+    assert _english_in_japanese("ZeRO はジョブの全ランクでシャードするので")
+    assert _english_in_japanese("パラメータをシャード化します")
+    assert not _english_in_japanese("ZeRO はシャーディングし、シャードを分け直します")
+    assert _english_in_japanese("10000 個を超えるファイル")
+    assert _english_in_japanese("上限 12345 を超えました")
+    assert not _english_in_japanese("10,000 個を超えるファイル、上限 12,345、1900 と 234 のモデル")
+    assert not _english_in_japanese("ポート 29500 で待ち受け、プロセス 123456 が終了しました")
+
+
+def test_a_mistake_title_says_a_state_not_what_happened():
+    """The glossary: a mistake's title is a short plain-form phrase, 〜している / 〜していない
+    (「LOCAL_RANK の代わりに RANK を使っている」), never the past 〜した. Every title the
+    exercises declare (MESSAGES[f"{key}.title"]) is in an `exercises.*` domain of the catalog;
+    the grader's own events (grading.scorer: "its check was stopped at the time limit") say
+    what the grader did, in the past, and are not a learner's mistake."""
+    from ja_guard import past_title
+
+    assert past_title("学習率をワールドサイズ倍にした")
+    assert past_title("別の dtype を通って値が丸められた")
+    assert past_title("戻らなかった（無限ループの可能性）")
+    assert not past_title("学習率をワールドサイズ倍にしている")
+    assert not past_title("関数から戻らない（無限ループの可能性）")
+    assert not past_title("CUDA がないのに nccl")
+    assert not past_title("比の逆数")
+    past = [
+        f"{domain}:{key}: {text}"
+        for domain, table in i18n.catalog("ja").items()
+        if domain.startswith("exercises.")
+        for key, text in _flat(table).items()
+        if key.endswith(".title") and past_title(text)
+    ]
+    assert past == [], "\n".join(past)
+    scorer = _flat(i18n.catalog("ja")["grading.scorer"])
+    assert past_title(scorer["check_timeout.title"])  # an event of the grader: left in the past
+
+
+def test_large_counts_print_with_their_commas_and_no_space_is_left_inside_japanese():
+    """A raw integer that can pass 999 is `{n:,}` in Japanese (the glossary), so the guard's
+    rule on printed numbers holds for the limits the grader and the launcher print; a field
+    whose value is code or Japanese keeps no space between two Japanese characters."""
+    from ddp_helpers.grading.confinement import limits, sandbox
+    from ddp_helpers.launcher import failures
+    from ddp_helpers.torch_compat import PeerText, Reason
+
+    with i18n.using("ja"):
+        printed = [
+            sandbox.MESSAGES["disk_files"].format(count=10_000),
+            sandbox.MESSAGES["tasks_hit"].format(limit=10_000, how="…"),
+            limits.SEEN["tasks_counted"].format(tasks=12_345),
+            failures.nproc_limit_text(63_704),
+        ]
+        warning = PeerText().warning(Reason.of("disabled"))
+    for text in printed:
+        assert re.search(r"\d{1,3}(?:,\d{3})+", text) and not _english_in_japanese(text), text
+    assert "c10d'）は使用できません" in warning, warning
+    assert i18n.tightened("ランク 1 は 集団通信 で") == "ランク 1 は集団通信で"
+    assert i18n.tightened("rank 1 waited in a collective") == "rank 1 waited in a collective"
 
 
 def test_the_guard_catches_english_in_the_japanese_code_and_what_it_prints():

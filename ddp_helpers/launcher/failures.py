@@ -193,8 +193,10 @@ def failure_report(
     one_sided = ""
     if mismatch(first, returned) == "returned":
         one_sided = _sentence(
-            MESSAGES["returned_while_waiting"].format(
-                ranks=_ranks(returned), rank=first.rank, collective=_collective_of(first)
+            i18n.tightened(
+                MESSAGES["returned_while_waiting"].format(
+                    ranks=_ranks(returned), rank=first.rank, collective=_collective_of(first)
+                )
             )
         )
     paragraph = i18n.sentences(

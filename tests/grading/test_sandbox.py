@@ -442,8 +442,11 @@ def test_how_a_limit_was_seen_is_said_in_the_feedbacks_language(tmp_path, langua
             Cgroup1.hit(v1, 1 << 30, 0),
             Rlimit.hit({}, 1 << 30, 1),
         ]
-        said = [
-            sandbox.MESSAGES[f"{which}_hit"].format(limit="1 GiB", how=how) for which, how in seen
+        said = [  # the tasks' limit is a number (Confinement.tasks), grouped in Japanese
+            sandbox.MESSAGES[f"{which}_hit"].format(
+                limit="1 GiB" if which == "memory" else 10_000, how=how
+            )
+            for which, how in seen
         ]
     assert [which for which, _ in seen] == ["memory", "tasks", "memory"]
     assert Rlimit.hit({}, 1 << 30, 0) is None
