@@ -565,7 +565,10 @@ def test_the_japanese_stubs_say_their_exercise_in_japanese_and_the_checks_know_t
 
 
 # Lines printed in English that are not ours to translate: torch's or Python's own words, by
-# cell, each line matched whole (a new English label in the same cell is still caught).
+# cell, each line matched whole (a new English label in the same cell is still caught); and
+# the lines of lessons/fsdp_train.py, one script for both editions whose printed lines stay
+# English as the recipe script's do (05-51..05-53; the cells' own labels are translated).
+FSDP_TRAIN_LINES = r"2 ranks, FSDP2, snapshots in \w+/|epoch \d: loss [\d.]+, snapshot epoch-\d{4}"
 ENGLISH_OF_OTHERS = {
     "01-27": r"ROLE_NAME( +default, default){2}",  # the values torchrun sets
     "02-20": r"RuntimeError: Distributed package doesn't have NCCL built in",
@@ -580,6 +583,14 @@ ENGLISH_OF_OTHERS = {
     "04-e7": r"  Cell In\[\d+\], line \d+, in \w+",  # a rank's stack, as Python prints it
     "04-61": r"  Cell In\[\d+\], line \d+, in \w+|    dist\.all_reduce\(loss\)",
     "04-31": r"  Cell In\[\d+\], line \d+, in \w+",
+    # lessons/fsdp_train.py's lines (one script for both editions; its printed lines stay
+    # English, as the recipe script's do) and torchrun's own report of the failure.
+    "05-51": FSDP_TRAIN_LINES,
+    "05-52": FSDP_TRAIN_LINES
+    + r"|rank 1: dying at step 15 \(FAIL_AT_STEP\)"
+    + r"|torch\.distributed\.elastic\.multiprocessing\.errors\.ChildFailedError:"
+    + r"|Root Cause \(first observed failure\):|  rank      : 1 \(local_rank: 1\)|  exitcode  : 1",
+    "05-53": FSDP_TRAIN_LINES + r"|resuming from epoch-\d{4}: epochs \d to \d left",
 }
 
 

@@ -1066,3 +1066,44 @@ def test_checkpointing_each_block_halves_what_the_forward_holds_with_equal_gradi
     assert 0.45 < m["checkpointed"] / m["plain"] < 0.6, m
     assert m["diff"] == 0.0 and m["again"] == 8, m
     assert abs(m["flops"][1] / m["flops"][0] - 4 / 3) < 0.02, m
+
+
+DCP_SLOW_RANK = """
+import os, sys, time
+from pathlib import Path
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import FileSystemWriter
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+
+
+class SlowWriter(FileSystemWriter):
+    def write_data(self, plan, planner):
+        time.sleep(2.0)  # rank 1 writes its shards 2 s late
+        return super().write_data(plan, planner)
+
+
+dist.init_process_group("gloo")
+rank, path = dist.get_rank(), Path(sys.argv[1])
+model = fully_shard(torch.nn.Linear(8, 8), mesh=init_device_mesh("cpu", (2,)))
+writer = SlowWriter(path) if rank == 1 else FileSystemWriter(path)
+dcp.save({"model": model.state_dict()}, storage_writer=writer)
+written = sorted(p.name for p in path.iterdir() if p.stat().st_size > 0)
+if written != [".metadata", "__0_0.distcp", "__1_0.distcp"]:
+    sys.exit(f"rank {rank} returned with {written}")
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def test_dcp_save_returns_on_every_rank_once_every_ranks_file_and_the_metadata_are_written(
+    tmp_path,
+):
+    # lesson 05 (05-50: the script renames a snapshot's folder once dcp.save returned on rank
+    # 0): with rank 1's writes held back 2 s, dcp.save returns on neither rank before rank 1's
+    # file and the .metadata file are in the folder.
+    script = tmp_path / "slow.py"
+    script.write_text(DCP_SLOW_RANK)
+    assert plain_job(script, args=(str(tmp_path / "snapshot"),)) == "clean"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -228,3 +229,27 @@ def test_only_an_entry_point_decorated_with_record_hands_its_error_to_the_agent(
     assert "error_file: <N/A>" in bare.stderr
     assert "error_file: <N/A>" not in recorded.stderr
     assert "the rank's own error, from its own line" in recorded.stderr.split("Root Cause")[-1]
+
+
+ONE_RANK_DIES = textwrap.dedent(
+    """\
+    import os, time
+    if os.environ["RANK"] == "1":
+        time.sleep(1)
+        os._exit(1)
+    time.sleep(120)  # rank 0 would still be running, as if waiting in a collective
+    """
+)
+
+
+def test_a_rank_that_exits_with_1_makes_torchrun_stop_the_others_and_exit_1_naming_it(tmp_path):
+    # 05-54: torchrun's agent sees rank 1 exit with 1, stops rank 0 with SIGTERM (listed as
+    # a failure, exit code -15) long before its 120 s, exits with 1 itself and puts rank 1
+    # first in its ChildFailedError report, as the root cause.
+    args = ["--standalone", "--nproc-per-node", "2", "--local-addr", "127.0.0.1"]
+    run = _torchrun(tmp_path, args, script=ONE_RANK_DIES)
+    assert run.returncode == 1
+    assert "torch.distributed.elastic.multiprocessing.errors.ChildFailedError" in run.stderr
+    failures, _, cause = run.stderr.partition("Root Cause (first observed failure):")
+    assert re.search(r"rank\s+: 1 \(local_rank: 1\)\n\s+exitcode\s+: 1 ", cause), cause
+    assert re.search(r"rank\s+: 0 \(local_rank: 0\)\n\s+exitcode\s+: -15 .*SIGTERM", failures)

@@ -1,0 +1,110 @@
+"""lessons/fsdp_train.py, lesson 04's training in FSDP2 with DCP snapshots (lesson 05, Going
+further): under torchrun on 2 ranks of this machine it trains and leaves a complete snapshot
+each epoch; a rank killed mid-run and the group restarted by torchrun, or a job started
+again after a save killed halfway, ends with the losses, weights and optimizer state of a
+run that never stopped. Lesson 05's cells 05-51..05-53 run the same with two torchrun
+commands (a failed job, then the same command again), under nbval."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from ddp_helpers.demos import fsdp_job
+
+EPOCHS = ["epoch-0000", "epoch-0001", "epoch-0002", "epoch-0003"]
+
+
+def _torchrun(snapshots, *options: str, **env) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    command += ["--nproc-per-node", "2", "--local-addr", "127.0.0.1", *options]
+    command += [str(fsdp_job.SCRIPT), "--epochs", "4", "--snapshots", str(snapshots)]
+    environ = {k: v for k, v in os.environ.items() if k != "FAIL_AT_STEP"}
+    return subprocess.run(
+        command,
+        env={**environ, **fsdp_job.loopback_env(), **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("whole") / "snapshots"
+    run = _torchrun(folder)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return folder, run
+
+
+def test_the_script_trains_and_leaves_one_complete_snapshot_per_epoch(whole):
+    folder, run = whole
+    assert sorted(p.name for p in folder.iterdir()) == EPOCHS
+    for snapshot in folder.iterdir():  # every rank's shards and the metadata
+        names = sorted(p.name for p in snapshot.iterdir())
+        assert names == [".metadata", "__0_0.distcp", "__1_0.distcp"], names
+    losses = fsdp_job.losses(run.stdout)
+    assert list(losses) == [0, 1, 2, 3] and float(losses[3]) < float(losses[0])
+    assert "resuming" not in run.stdout
+
+
+def test_a_rank_killed_mid_run_and_restarted_by_torchrun_ends_as_if_never_stopped(whole, tmp_path):
+    # FAIL_AT_STEP fires on the first start only; torchrun's restart (c10d, a store of its
+    # own per start: docs/cluster.md) resumes from the latest complete snapshot.
+    folder = tmp_path / "snapshots"
+    run = _torchrun(
+        folder,
+        "--max-restarts",
+        "1",
+        FAIL_AT_STEP="15",
+        TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1",
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "rank 1: dying at step 15 (FAIL_AT_STEP)" in run.stderr
+    assert "resuming from epoch-0001: epochs 2 to 3 left" in run.stdout
+    assert fsdp_job.losses(run.stdout) == fsdp_job.losses(whole[1].stdout)
+    assert sorted(p.name for p in folder.iterdir()) == EPOCHS
+    assert fsdp_job.same_snapshot(folder / "epoch-0003", whole[0] / "epoch-0003")
+
+
+def test_a_save_killed_halfway_is_never_taken_for_a_snapshot(whole, tmp_path):
+    # As a job killed while writing epoch 2 leaves it: epochs 0 and 1 complete, epoch 2's
+    # folder partial (one rank's file, no metadata yet). A start deletes it and resumes
+    # from epoch 1.
+    folder = tmp_path / "snapshots"
+    for name in EPOCHS[:2]:
+        shutil.copytree(whole[0] / name, folder / name)
+    partial = folder / "epoch-0002.partial"
+    partial.mkdir()
+    (partial / "__0_0.distcp").write_bytes(b"half written")
+    run = _torchrun(folder)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "resuming from epoch-0001: epochs 2 to 3 left" in run.stdout
+    losses = fsdp_job.losses(run.stdout)
+    assert losses == {e: fsdp_job.losses(whole[1].stdout)[e] for e in (2, 3)}
+    assert sorted(p.name for p in folder.iterdir()) == EPOCHS
+    assert fsdp_job.same_snapshot(folder / "epoch-0003", whole[0] / "epoch-0003")
+
+
+def test_torchruns_report_keeps_what_does_not_change_from_run_to_run():
+    stderr = (
+        "rank 1: dying at step 15 (FAIL_AT_STEP)\n"
+        "    raise ChildFailedError(\n"
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+        "====\nfsdp_train.py FAILED\n----\nFailures:\n[1]:\n  time      : 2026-01-01_00:00:00\n"
+        "  rank      : 0 (local_rank: 0)\n  exitcode  : -15 (pid: 12)  (SIGTERM)\n----\n"
+        "Root Cause (first observed failure):\n[0]:\n  time      : 2026-01-01_00:00:00\n"
+        "  host      : node7\n  rank      : 1 (local_rank: 1)\n  exitcode  : 1 (pid: 13) \n"
+        "  error_file: <N/A>\n====\n"
+    )
+    assert fsdp_job.torchrun_report(stderr).splitlines() == [
+        "rank 1: dying at step 15 (FAIL_AT_STEP)",
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
+        "Root Cause (first observed failure):",
+        "  rank      : 1 (local_rank: 1)",
+        "  exitcode  : 1",
+    ]
