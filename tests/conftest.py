@@ -31,9 +31,10 @@ def _rank_processes() -> list[psutil.Process]:
     return [] if zygote is None else psutil.Process(zygote.proc.pid).children(recursive=True)
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def no_leftovers():
-    """Fails the test if any rank process (or child of one) outlives its launch."""
+    """Fails any test after which a rank process (or a child of one) outlives its launch:
+    every test, so that a new one is held to it without asking."""
     yield
     left = [p for p in _rank_processes() if p.is_running() and p.status() != "zombie"]
     assert not left, f"processes left running after the launch: {left}"

@@ -162,7 +162,7 @@ def fresh_zygote(monkeypatch):
     client.shutdown()  # the next test gets a zygote with every touchpoint again
 
 
-@pytest.mark.usefixtures("no_leftovers", "fresh_zygote")
+@pytest.mark.usefixtures("fresh_zygote")
 def test_with_the_rendezvous_touchpoints_off_the_fallback_launches_and_warns_once(
     monkeypatch, capfd
 ):

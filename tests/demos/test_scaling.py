@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import os
 
-import pytest
-
 from ddp_helpers import i18n
 from ddp_helpers.demos.scaling import measure_scaling, plot_scaling
-
-pytestmark = pytest.mark.usefixtures("no_leftovers")
 
 
 def test_throughput_is_measured_for_each_world_size_with_one_thread_per_rank(monkeypatch):

@@ -20,8 +20,6 @@ import pytest
 
 from ddp_helpers.demos import sharding
 
-pytestmark = pytest.mark.usefixtures("no_leftovers")
-
 
 def _nothing():
     return None

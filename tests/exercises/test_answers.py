@@ -27,8 +27,6 @@ from ddp_helpers.exercises import LESSONS, _core, exercises_of, notebook_name
 from ddp_helpers.exercises._core import RANK_MISTAKES, Hidden
 from support import ROOT
 
-pytestmark = pytest.mark.usefixtures("no_leftovers")
-
 # The answers travel to the ranks by value, as a notebook's do: a rank that had to import
 # this module (and pytest with it) would spend seconds on it.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

@@ -407,14 +407,12 @@ def test_the_ranks_kth_batches_together_are_the_kth_block_of_the_samplers_permut
         assert sorted(i for p in parts for i in p) == sorted(block)
 
 
-@pytest.mark.usefixtures("no_leftovers")
 def test_the_reference_passes_and_says_how_close_it_came():
     result = capstone.exercise.evaluate(capstone.train_ddp)
     assert result.status == "correct", str(result)
     assert "max |dW| = " in result.message and "allowed 1e-06" in result.message
 
 
-@pytest.mark.usefixtures("no_leftovers")
 @pytest.mark.parametrize(
     "answer", [barrier_inside_the_rank_zero_save, loss_reduced_on_rank_zero_only]
 )
@@ -427,7 +425,6 @@ def test_a_collective_inside_the_rank_zero_save_is_a_hang_with_the_save_hint(mon
     assert "did not" in result.message and "inside that `if`" in result.hint
 
 
-@pytest.mark.usefixtures("no_leftovers")
 def test_a_pasted_function_still_a_stub_says_to_paste_it_from_its_lesson():
     def calls_the_unpasted_setup(epochs, path):
         raise NotImplementedError("exercise 2.2")

@@ -20,8 +20,6 @@ from ddp_helpers.exercises import LESSONS, exercises_of, lesson01, lesson03
 from ddp_helpers.exercises._core import RANK_MISTAKES, Exercise, Mistake, Phrase, Wrong
 from kernel_utils import run_cells, stream_text
 
-pytestmark = pytest.mark.usefixtures("no_leftovers")
-
 
 def test_hints_come_in_order_and_stop_at_the_last(capsys):
     ex = lesson01.q1

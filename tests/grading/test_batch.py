@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import io
 import signal
-import time
 from pathlib import Path
 
 import nbformat
@@ -95,34 +94,51 @@ def _notebook_of(*sources):
     return nb
 
 
-def _fake(slow: str, always: bool = False, seconds: float = 0.3, ctrl_c: str | None = None):
+def _fake(slow: str, ctrl_c: str | None = None, seconds: float = 0.3):
     """A grader in place of the worker: `slow` times out when another submission runs beside
-    it (or always); grading `ctrl_c` presses Ctrl-C. Records (name, crowd) per call."""
+    it; grading `ctrl_c` presses Ctrl-C once the batch has settled the first two runs (slow's
+    first try and its neighbour's row). Records (name, crowd) per call. No clock: the first
+    two calls meet at a barrier (so they run beside each other), and Ctrl-C waits for the
+    event it must come after (fake.settle, in place of Batch.settle, says when)."""
     import _thread
     import threading
 
     lock, running, calls = threading.Lock(), [0], []
+    together = threading.Barrier(2, timeout=30)
+    settled, settles = threading.Event(), []
+    real_settle = Batch.settle
+
+    def settle(batch, row):
+        try:
+            return real_settle(batch, row)
+        finally:
+            with lock:
+                settles.append(row.submission.name)
+                if len(settles) == 2:  # the two that ran together: slow and its neighbour
+                    settled.set()
 
     def fake(sub, budget, cancel=None, tmp_root=None):
         if ctrl_c is not None and sub.name.startswith(ctrl_c):
-            while not any(name.startswith(slow) for name, _ in calls):
-                time.sleep(0.01)
-            time.sleep(0.5)  # the grader has taken in slow's first try
+            assert settled.wait(30), "the batch never settled the first two runs"
             _thread.interrupt_main()
             cancel.wait(10)  # as the real one does, it stops when the grader says so
         with lock:
             running[0] += 1
-        crowd = running[0]
-        time.sleep(seconds)
+            first_two = len(calls) + running[0] <= 2
+        if first_two:
+            together.wait()  # both are running now
         with lock:
-            crowd = max(crowd, running[0])
+            crowd = running[0]
+        if first_two:
+            together.wait()  # both have counted the crowd
+        with lock:
             running[0] -= 1
         calls.append((sub.name, crowd))
-        timed_out = sub.name.startswith(slow) and (crowd > 1 or always)
+        timed_out = sub.name.startswith(slow) and crowd > 1
         status = Status.TIMEOUT if timed_out else Status.OK
         return _row(sub, status, seconds, right=not timed_out)
 
-    fake.calls = calls
+    fake.calls, fake.settle = calls, settle
     return fake
 
 
@@ -149,9 +165,12 @@ def test_grade_retries_a_crowded_timeout_alone_and_writes_its_second_row(tmp_pat
     assert feedback.count("so it was graded again alone") == 1
 
 
-def test_ctrl_c_before_the_second_try_keeps_the_first_and_restores_the_handlers(tmp_path):
+def test_ctrl_c_before_the_second_try_keeps_the_first_and_restores_the_handlers(
+    tmp_path, monkeypatch
+):
     # a and b run together and b times out; Ctrl-C comes while c runs, before b's retry.
     fake = _fake(slow=str(tmp_path / "b"), ctrl_c=str(tmp_path / "c"))
+    monkeypatch.setattr(Batch, "settle", fake.settle)  # to know when b's first try is in
     handlers = {
         sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     }

@@ -1,4 +1,5 @@
-"""Stopping a batch end to end: Ctrl-C, SIGTERM, a worker killed from outside."""
+"""Stopping a batch end to end: Ctrl-C, SIGTERM, a worker killed from outside; what a
+stopped notebook's feedback keeps of its traceback."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import psutil
 from fixtures.submissions import NAMES, make_submissions
 from grading_common import _env
 
+from ddp_helpers import entry_points
 from ddp_helpers.grading import notebooks
 from ddp_helpers.procs import with_this_package
 from support import ROOT, SOON, processes_under
@@ -71,6 +73,23 @@ def _wait_for_kernel_of(proc, words: str, seconds: float = 60) -> int | None:
     return None
 
 
+def _wait_for_ranks(worker_pid: int, ranks: int = 2, seconds: float = 60) -> bool:
+    """Whether the worker's kernel has forked `ranks` ranks (its zygote and as many forks).
+
+    The event a stop must come after to test what it ends: a fixed sleep guesses it."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            under = psutil.Process(worker_pid).children(recursive=True)
+            zygotes = [p for p in under if entry_points.ZYGOTE in " ".join(p.cmdline())]
+        except psutil.Error:
+            zygotes = []
+        if len(zygotes) >= ranks + 1:
+            return True
+        time.sleep(0.1)
+    return False
+
+
 def test_ctrl_c_stops_the_batch_and_everything_it_started(tmp_path):
     make_submissions(tmp_path / "subs")
     proc = subprocess.Popen(
@@ -82,8 +101,8 @@ def test_ctrl_c_stops_the_batch_and_everything_it_started(tmp_path):
         text=True,
         env=_env(tmp_path),
     )
-    assert _wait_for_kernel_of(proc, "endless_loop") is not None
-    time.sleep(1)  # into the notebook
+    worker_pid = _wait_for_kernel_of(proc, "endless_loop")
+    assert worker_pid is not None and _wait_for_ranks(worker_pid), "the ranks did not start"
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
@@ -115,7 +134,7 @@ def test_a_worker_killed_from_outside_costs_its_row_only_and_leaves_nothing(tmp_
     )
     worker_pid = _wait_for_kernel_of(proc, "endless_loop")
     assert worker_pid is not None, "the endless loop's worker and kernel did not start"
-    time.sleep(1.5)  # its kernel is in the loop, with two ranks
+    assert _wait_for_ranks(worker_pid), "the endless loop's two ranks did not start"
     os.kill(worker_pid, signal.SIGKILL)  # as the out-of-memory killer would
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
@@ -160,3 +179,20 @@ def test_nbformat_imported_quickly_still_validates_and_leaves_the_iri_checker_im
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["rejected", "slow grammar imported: False", "True"]
+
+
+def test_a_stopped_notebooks_traceback_keeps_the_learners_line_above_a_deep_stack():
+    from ddp_helpers.grading.worker.kernel import error_text
+
+    deep = [f"File /site-packages/lib.py:{n}, in f{n}()\n---> {n} f{n + 1}()" for n in range(30)]
+    cell = "Cell In[3], line 14\n     13 x = 1\n---> 14 launch(spin, nprocs=2)"
+    error = {
+        "traceback": ["\x1b[0;31mKeyboardInterrupt\x1b[0m", cell, *deep, "KeyboardInterrupt: "]
+    }
+    text = error_text(error)
+    assert text.startswith("Cell In[3], line 14") and "launch(spin, nprocs=2)" in text
+    assert text.endswith("KeyboardInterrupt:") and "f29()" in text and "f0()" not in text
+    short = {"traceback": [cell, deep[0], "KeyboardInterrupt: "]}
+    assert error_text(short) == "\n".join(
+        [*cell.splitlines(), *deep[0].splitlines(), "KeyboardInterrupt:"]
+    )

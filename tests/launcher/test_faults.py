@@ -21,8 +21,6 @@ from ddp_helpers import DistributedError, launch, spawn
 from ddp_helpers.procs import with_this_package
 from support import SOON
 
-pytestmark = pytest.mark.usefixtures("no_leftovers")
-
 # The ranks get `faulty` by value: importing this module (and pytest) in each of them took
 # seconds of a hang case's short limit on a slow machine, and the hang was not reached.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

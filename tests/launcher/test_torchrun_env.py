@@ -25,8 +25,6 @@ import pytest
 
 from ddp_helpers import launch
 
-pytestmark = pytest.mark.usefixtures("no_leftovers")
-
 # The numbers a rank uses: equal under torchrun and under launch.
 SAME = (
     "RANK",

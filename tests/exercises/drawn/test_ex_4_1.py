@@ -17,8 +17,6 @@ from drawn_answers.ex_4_1 import (
 
 from ddp_helpers.exercises import capstone
 
-pytestmark = pytest.mark.usefixtures("no_leftovers")
-
 
 @pytest.mark.parametrize(
     "answer, mistake, said",

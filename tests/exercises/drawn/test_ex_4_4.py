@@ -14,8 +14,6 @@ from drawn_answers.ex_4_4 import (
 
 from ddp_helpers.exercises.lesson04 import evaluate
 
-pytestmark = pytest.mark.usefixtures("no_leftovers")
-
 
 @pytest.mark.parametrize(
     "answer, mistake, said",

@@ -28,7 +28,6 @@ from ddp_helpers.exercises import lesson05
 # rank finds them by the same path, which each launch sends).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-pytestmark = pytest.mark.usefixtures("no_leftovers")
 
 q1 = lesson05.q1
 WRONG, RIGHT = DRAWN["5.1"]

@@ -11,7 +11,6 @@ import math
 import sys
 
 import cloudpickle
-import pytest
 import torch
 from drawn_answers.ex_5_2 import (
     ANSWERS,
@@ -30,7 +29,6 @@ from ddp_helpers.exercises._core import Answer, run_on_ranks
 from ddp_helpers.exercises.lesson05 import fsdp
 from ddp_helpers.exercises.space import CHECK_SEED
 
-pytestmark = pytest.mark.usefixtures("no_leftovers")
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # _reductions runs on the ranks
 
 WRONG, RIGHT = ANSWERS["5.2"]

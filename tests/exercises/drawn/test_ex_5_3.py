@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import time
 
-import pytest
 from drawn_answers.ex_5_3 import DRAWN
 from ja_guard import english_in_japanese
 
 from ddp_helpers import i18n
 from ddp_helpers.exercises import lesson05
 from ddp_helpers.exercises.lesson05 import traffic
-
-pytestmark = pytest.mark.usefixtures("no_leftovers")
 
 WRONG, RIGHT = DRAWN["5.3"]
 EX = lesson05.q3

@@ -20,7 +20,6 @@ from drawn_answers.ex_5_4 import (
 
 from ddp_helpers.exercises.lesson05 import checkpoint, round_trip
 
-pytestmark = pytest.mark.usefixtures("no_leftovers")
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # _saved_by runs on the ranks
 
 WRONG, RIGHT = ANSWERS["5.4"]

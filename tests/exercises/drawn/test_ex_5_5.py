@@ -7,12 +7,9 @@ every exercise; this file holds what is its own."""
 
 from __future__ import annotations
 
-import pytest
 from drawn_answers.ex_5_5 import ANSWERS, load_without_set_state_dict
 
 from ddp_helpers.exercises.lesson05 import resume, round_trip
-
-pytestmark = pytest.mark.usefixtures("no_leftovers")
 
 WRONG, RIGHT = ANSWERS["5.5"]
 EX = resume.q5
