@@ -177,6 +177,7 @@ def _outcome(run: Run, plain: bool = False) -> Results:
 
 def _plain_value(rank: int, data: bytes):
     """A rank's value as plain data, or the DistributedError that names what it held."""
+    from .plain import MESSAGES as PLAIN
     from .plain import PlainOnly, load_plain, not_plain_text
 
     try:
@@ -184,7 +185,7 @@ def _plain_value(rank: int, data: bytes):
     except PlainOnly as exc:
         what = exc.what
     except Exception as exc:  # noqa: BLE001 - bytes no pickle of ours makes
-        what = f"unreadable data ({type(exc).__name__})"
+        what = PLAIN["unreadable"].format(kind=type(exc).__name__)
     raise DistributedError(not_plain_text(rank, what), kind="result", rank=rank)
 
 

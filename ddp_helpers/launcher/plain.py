@@ -33,6 +33,9 @@ MESSAGES = messages(
             "rank {rank} returned a value the check does not accept: it holds {what}. A "
             "check takes back plain data only (numbers, strings, lists, dicts, tensors)."
         ),
+        # What a rank's value held, as not_plain's {what} names it (else a class's name).
+        "persistent": "a persistent reference",
+        "unreadable": "unreadable data ({kind})",
     },
 )
 
@@ -78,7 +81,7 @@ class _Restricted(pickle.Unpickler):
         return found
 
     def persistent_load(self, pid):
-        raise PlainOnly("a persistent reference")
+        raise PlainOnly(MESSAGES["persistent"])
 
 
 def load_restricted(data: bytes, allowed: dict):

@@ -80,3 +80,30 @@ def test_launch_plain_refuses_a_value_that_is_not_plain_data():
     with pytest.raises(DistributedError, match="a value the check does not accept"):
         launch_plain(_returns_its_own_class, nprocs=1)
     assert list(launch_plain(to_plain, [np.int64(1)], nprocs=2)) == [[1], [1]]
+
+
+class _Persistent(pickle.Pickler):
+    def persistent_id(self, obj):
+        return "outside" if obj == "elsewhere" else None
+
+
+def test_a_ranks_unreadable_bytes_are_named_in_the_learners_language():
+    import io
+
+    from ddp_helpers import i18n
+    from ddp_helpers.launcher.api import _plain_value
+
+    buffer = io.BytesIO()
+    _Persistent(buffer).dump(["elsewhere"])
+    for data, english, japanese in [
+        (b"\x80\x05garbage", "unreadable data (UnpicklingError)", "読み取れないデータ"),
+        (buffer.getvalue(), "a persistent reference", "pickle の永続参照"),
+    ]:
+        with pytest.raises(DistributedError) as caught:
+            _plain_value(1, data)
+        assert f"rank 1 returned a value the check does not accept: it holds {english}." in (
+            str(caught.value)
+        )
+        with i18n.using("ja"), pytest.raises(DistributedError) as caught:
+            _plain_value(1, data)
+        assert japanese in str(caught.value) and "unreadable" not in str(caught.value)
