@@ -6,7 +6,7 @@ PORT ?= 8888
 HOST ?= 127.0.0.1
 STAMP := $(VENV)/.installed
 
-.PHONY: lab notebook test lint system-deps system-packages setup-and-packages bench bench-grade bench-checks bench-warm-up scaling soak restart-soak teardown-soak teardown-plain-soak exit-soak ending-soak setup clean lock compat site
+.PHONY: lab notebook test test-fast lint system-deps system-packages setup-and-packages bench bench-grade bench-checks bench-warm-up scaling soak restart-soak teardown-soak teardown-plain-soak exit-soak ending-soak setup clean lock compat site
 
 setup: $(STAMP)
 
@@ -119,6 +119,11 @@ setup-and-packages:
 # one process.
 test: setup-and-packages lint system-deps
 	$(BIN)/python -m pytest -n auto --maxprocesses 4 --dist loadfile
+
+# The logic tests alone (no ranks, kernels, browsers, sandboxes, clusters or notebooks), for
+# the inner loop while changing the package: seconds, not minutes.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -n auto --maxprocesses 4 --dist loadfile -q -m "not e2e"
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/launch_overhead.py

@@ -221,6 +221,7 @@ def test_a_collective_under_rank_0_fails_fast_once_the_other_rank_has_left(tmp_p
 # ---------------------------------------------------------------- in JupyterLab
 
 
+@pytest.mark.browser
 def test_jupyterlab_shows_the_page_rendered_and_its_links_reach_the_cells(tmp_path):
     """The course's settings open a Markdown file in Markdown Preview: the table rendered;
     a row's link opens the lesson, and goes to its cell once the lesson is open."""

@@ -4,8 +4,6 @@ the grader's hidden ones too."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from ddp_helpers.exercises import LESSONS, _core, exercises_of
@@ -38,14 +36,10 @@ def test_a_check_stays_within_what_its_exercise_declares(ex, monkeypatch):
         return real(harness, answer, args, nprocs, nnodes, timeout)
 
     monkeypatch.setattr(_core, "_launched", watched)
-    started = time.monotonic()
     assert ex.evaluate(ex.reference).passed
     if ex._hidden is not None:
         assert ex._run(ex._hidden, ex.reference).passed
-    took = time.monotonic() - started
     assert launches, "every check runs the answer through run_on_ranks or run_answer"
-    # A launch waits at most the declared time before it names a hang ...
+    # A launch waits at most the declared time before it names a hang. (That the cases pass
+    # within a fifth of the time declared for them is a budget: `make bench-checks`.)
     assert max(launches) <= ex.hang_timeout, (launches, ex.hang_timeout)
-    # ... and the cases pass well within the time declared for them: a fifth of it, so a
-    # slower answer or a loaded machine still fits (the references take 0.1-2 s here).
-    assert took <= ex.run_time / 5, took

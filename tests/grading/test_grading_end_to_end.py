@@ -404,6 +404,7 @@ def _mistakes_counted(html: str) -> dict[str, dict[str, str]]:
     return parser.found
 
 
+@pytest.mark.browser
 def test_the_class_report_reads_in_a_browser_with_no_broken_images(batch, tmp_path):
     from browser import browser
 

@@ -6,8 +6,6 @@ them on it."""
 
 from __future__ import annotations
 
-import time
-
 from drawn_answers.ex_5_3 import DRAWN
 from ja_guard import english_in_japanese
 
@@ -30,13 +28,11 @@ def _no_english_in_japanese(result) -> None:
     assert problems == [], problems
 
 
-def test_every_mistake_is_made_by_some_answer_and_the_reference_passes_quickly():
+def test_every_mistake_is_made_by_some_answer_and_the_reference_passes():
     assert {key for _, key in WRONG} == set(EX.mistakes)
-    started = time.monotonic()
-    result = EX.evaluate(EX.reference)
+    result = EX.evaluate(EX.reference)  # how quickly: `make bench-checks`
     assert result.passed, str(result)
     assert EX._run(EX._hidden, EX.reference).passed
-    assert time.monotonic() - started <= EX.run_time / 5
     assert "4,000,000 and 6,000,000 bytes for 1,000,000 parameters on 2 ranks" in result.message
 
 
