@@ -57,3 +57,16 @@ def logged_losses(log: str) -> list[float]:
     over 96 examples")."""
     lines = [x for x in log.splitlines() if x.startswith("epoch ")]
     return [float(x.split("loss ")[1].split()[0]) for x in lines]
+
+
+class Sink:
+    """Where an OutputRouter writes, in a test: (stream, text) pairs, and the lines."""
+
+    def __init__(self):
+        self.out = []
+
+    def __call__(self, stream, text):
+        self.out.append((stream, text))
+
+    def lines(self, stream="stdout"):
+        return "".join(t for s, t in self.out if s == stream).splitlines()

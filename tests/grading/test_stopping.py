@@ -1,5 +1,4 @@
-"""Stopping a batch end to end: Ctrl-C, SIGTERM, a worker killed from outside; what a
-stopped notebook's feedback keeps of its traceback."""
+"""Stopping a batch end to end: Ctrl-C, SIGTERM, a worker killed from outside."""
 
 from __future__ import annotations
 
@@ -10,15 +9,12 @@ import subprocess
 import sys
 import time
 
-import nbformat
 import psutil
 from fixtures.submissions import NAMES, make_submissions
 from grading_common import _env
 
 from ddp_helpers import entry_points
-from ddp_helpers.grading import notebooks
-from ddp_helpers.procs import with_this_package
-from support import ROOT, SOON, processes_under
+from support import SOON, processes_under
 
 # ---------------------------------------------------------------- stopping, end to end
 
@@ -146,53 +142,3 @@ def test_a_worker_killed_from_outside_costs_its_row_only_and_leaves_nothing(tmp_
     assert not processes_under(tmp_path)
     assert not list((tmp_path / "tmpdir").iterdir())
     assert not _submission_cgroups(proc.pid)  # the killed worker's cgroups were removed
-
-
-def test_the_workers_plain_reading_of_code_cells_matches_nbformat():
-
-    for path in sorted(ROOT.glob("*/0*.ipynb")):
-        nb = nbformat.read(path, as_version=4)
-        want = [c.source for c in nb.cells if c.cell_type == "code"]
-        assert notebooks.code_sources(path) == want, path
-
-
-def test_nbformat_imported_quickly_still_validates_and_leaves_the_iri_checker_importable():
-    code = (
-        "import sys\n"
-        "from ddp_helpers.nbformat_quick import nbformat\n"
-        "nb = nbformat()\n"
-        "nb.validate(nb.v4.new_notebook())\n"
-        "bad = nb.v4.new_notebook(); bad.cells = [{'cell_type': 'code'}]\n"
-        "try:\n"
-        "    nb.validate(bad)\n"
-        "except nb.ValidationError:\n"
-        "    print('rejected')\n"
-        "print('slow grammar imported:', 'rfc3987_syntax' in sys.modules)\n"
-        "import rfc3987_syntax\n"
-        "print(rfc3987_syntax.is_valid_syntax('iri', 'https://example.org/a'))\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env=with_this_package(dict(os.environ)),
-    )
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == ["rejected", "slow grammar imported: False", "True"]
-
-
-def test_a_stopped_notebooks_traceback_keeps_the_learners_line_above_a_deep_stack():
-    from ddp_helpers.grading.worker.kernel import error_text
-
-    deep = [f"File /site-packages/lib.py:{n}, in f{n}()\n---> {n} f{n + 1}()" for n in range(30)]
-    cell = "Cell In[3], line 14\n     13 x = 1\n---> 14 launch(spin, nprocs=2)"
-    error = {
-        "traceback": ["\x1b[0;31mKeyboardInterrupt\x1b[0m", cell, *deep, "KeyboardInterrupt: "]
-    }
-    text = error_text(error)
-    assert text.startswith("Cell In[3], line 14") and "launch(spin, nprocs=2)" in text
-    assert text.endswith("KeyboardInterrupt:") and "f29()" in text and "f0()" not in text
-    short = {"traceback": [cell, deep[0], "KeyboardInterrupt: "]}
-    assert error_text(short) == "\n".join(
-        [*cell.splitlines(), *deep[0].splitlines(), "KeyboardInterrupt:"]
-    )
