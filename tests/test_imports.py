@@ -230,3 +230,29 @@ def test_no_module_of_the_grader_imports_a_layer_above_its_own():
         and layer[b.rpartition(".")[2]] > layer[a.rpartition(".")[2]]
     ]
     assert not upward, upward
+
+
+# The package's own layers, lowest first: the leaves every part may use, the mechanisms
+# over processes and torch, the launcher, what runs on it, what is made of that, the face.
+PACKAGE_LAYERS = [
+    {"entry_points", "files", "i18n", "lazy", "nbformat_quick", "paths", "stubs", "versions"},
+    {"procs", "torch_compat"},
+    {"launcher"},
+    {"exercises", "magic"},
+    {"demos", "authoring", "grading"},
+    {"__main__", "__init__"},
+]
+
+
+def test_no_part_of_the_package_imports_a_layer_above_its_own():
+    layer = {name: n for n, names in enumerate(PACKAGE_LAYERS) for name in names}
+    members = _folder_graphs()["ddp_helpers"]
+    short = {m.rpartition(".")[2] for m in members}
+    assert short - set(layer) == set(), f"place it in PACKAGE_LAYERS: {short - set(layer)}"
+    upward = [
+        f"{a} imports {b}"
+        for a, targets in members.items()
+        for b in targets
+        if layer[b.rpartition(".")[2]] > layer[a.rpartition(".")[2]]
+    ]
+    assert not upward, upward
