@@ -18,7 +18,7 @@ import os
 from ..files import read_capped, remove_tree
 from ..i18n import messages
 from . import capstone_spies as spies
-from ._core import (
+from .kit import (
     Exercise,
     Listed,
     Mistake,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 
 from ..i18n import messages
-from ._core import Exercise, Listed, Mistake, Phrase, Wrong, process_group, run_on_ranks
+from .kit import Exercise, Listed, Mistake, Phrase, Wrong, process_group, run_on_ranks
 from .space import CHECK_SEED, Space, on_hidden_seeds, trying
 
 MESSAGES = messages(

@@ -6,8 +6,8 @@ One module per exercise, each with its words, reference, judge and Exercise: 1.1
 from __future__ import annotations
 
 from ...i18n import messages
-from .._core import progress as _progress
-from .._core import sayer
+from ..kit import progress as _progress
+from ..kit import sayer
 from .all_gather import q4
 from .all_reduce import q3
 from .gpu import q1

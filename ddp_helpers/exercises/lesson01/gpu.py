@@ -6,7 +6,7 @@ import os
 
 from ... import i18n
 from ...i18n import messages
-from .._core import (
+from ..kit import (
     Exercise,
     Mistake,
     Phrase,

@@ -6,7 +6,7 @@ import math
 import random
 
 from ...i18n import messages
-from .._core import (
+from ..kit import (
     Exercise,
     Mistake,
     Phrase,

@@ -5,7 +5,7 @@ One module per exercise, each with its words, reference, judge and Exercise: 2.1
 
 from __future__ import annotations
 
-from .._core import progress as _progress
+from ..kit import progress as _progress
 from .backend import q1
 from .cleanup import q3
 from .setup import q2

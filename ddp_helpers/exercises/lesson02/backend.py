@@ -6,7 +6,7 @@ import os
 from unittest import mock
 
 from ...i18n import messages
-from .._core import Exercise, Mistake, Phrase, Wrong, run_on_ranks
+from ..kit import Exercise, Mistake, Phrase, Wrong, run_on_ranks
 from ..lesson01.gpu import layout_env
 from ..space import CHECK_SEED, HIDDEN_SEEDS, Space, on_hidden_seeds, trying
 from . import machines

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...i18n import messages
-from .._core import Exercise, Listed, Mistake, Phrase, Wrong, run_on_ranks
+from ..kit import Exercise, Listed, Mistake, Phrase, Wrong, run_on_ranks
 from ..space import CHECK_SEED, HIDDEN_SEEDS, Space, on_hidden_seeds, trying
 
 MESSAGES = messages(

@@ -7,8 +7,8 @@ common holds what the cells and several checks share; this module, the words the
 from __future__ import annotations
 
 from ...i18n import messages
-from .._core import progress as _progress
-from .._core import sayer
+from ..kit import progress as _progress
+from ..kit import sayer
 from ..mini_ddp import buckets_for as buckets_for  # exercise 3.6 lays out its buckets with it
 from ..mini_ddp import exercise as q6
 from ..mini_ddp import mini_ddp_timeline as mini_ddp_timeline

@@ -6,7 +6,7 @@ import fractions
 
 from ...i18n import messages
 from ...launcher.plain import shown
-from .._core import (
+from ..kit import (
     Exercise,
     Mistake,
     Phrase,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from ...i18n import messages
-from .._core import (
+from ..kit import (
     Exercise,
     Mistake,
     Phrase,

@@ -7,14 +7,14 @@ capstone (exercises/capstone.py); 4.2 loader, 4.3 quiz, 4.4 evaluate, 4.5 save, 
 from __future__ import annotations
 
 from ...i18n import messages
-from .._core import Texts, and_list
-from .._core import progress as _progress
 from ..capstone import exercise as q1  # exercise 4.1, the capstone: a script turned into DDP
 from ..capstone import (  # noqa: F401 - the capstone's data and model, as ex.make_dataset
     make_dataset,
     make_loader,  # exercise 4.2's reference (Going further), the capstone's own loader
     make_model,
 )
+from ..kit import Texts, and_list
+from ..kit import progress as _progress
 from .evaluate import q4
 from .gather import q7
 from .load import q6

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from ... import i18n
 from ...i18n import messages
-from .._core import (
+from ..devices import made_off_device
+from ..kit import (
     Exercise,
     Mistake,
     Phrase,
@@ -13,7 +14,6 @@ from .._core import (
     process_group,
     run_on_ranks,
 )
-from ..devices import made_off_device
 from ..space import CHECK_SEED, HIDDEN_SEEDS, Space, on_hidden_seeds, trying
 
 MESSAGES = messages(

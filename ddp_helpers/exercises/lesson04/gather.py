@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from ...i18n import messages
-from .._core import (
+from ..devices import made_off_device
+from ..kit import (
     Exercise,
     Mistake,
     Phrase,
@@ -12,7 +13,6 @@ from .._core import (
     process_group,
     run_on_ranks,
 )
-from ..devices import made_off_device
 from ..space import CHECK_SEED, Space, on_hidden_seeds, trying
 
 MESSAGES = messages(

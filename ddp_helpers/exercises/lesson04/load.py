@@ -8,7 +8,7 @@ import sys
 
 from ...i18n import messages
 from ...torch_compat import Reason, Touchpoint, check, warnings
-from .._core import (
+from ..kit import (
     Exercise,
     Mistake,
     Phrase,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from ... import i18n
 from ...i18n import messages
-from .._core import (
+from ..capstone import make_loader  # 4.2's reference: the capstone's own loader
+from ..kit import (
     Exercise,
     Mistake,
     Phrase,
@@ -13,7 +14,6 @@ from .._core import (
     process_group,
     run_on_ranks,
 )
-from ..capstone import make_loader  # 4.2's reference: the capstone's own loader
 from ..space import CHECK_SEED, Space, on_hidden_seeds, trying
 
 MESSAGES = messages(

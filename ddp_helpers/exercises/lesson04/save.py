@@ -6,7 +6,8 @@ import contextlib
 import os
 
 from ...i18n import messages
-from .._core import (
+from ..devices import collectives, made_off_device
+from ..kit import (
     Exercise,
     Mistake,
     Phrase,
@@ -17,7 +18,6 @@ from .._core import (
     rank_folders,
     run_on_ranks,
 )
-from ..devices import collectives, made_off_device
 from ..space import CHECK_SEED, Space, on_hidden_seeds, trying
 
 MESSAGES = messages(

@@ -7,7 +7,7 @@ is round_trip's. common holds the model and the batches the cells and checks sha
 
 from __future__ import annotations
 
-from .._core import progress as _progress
+from ..kit import progress as _progress
 from .checkpoint import q4 as q4  # exercise 5.4, save_sharded (Going further)
 from .common import make_batches as make_batches
 from .common import make_model as make_model

@@ -10,7 +10,7 @@ there too, each the other's partner (here, one would import the other's module a
 from __future__ import annotations
 
 from ...i18n import messages
-from .._core import Mistake, Phrase, Wrong, and_list
+from ..kit import Mistake, Phrase, Wrong, and_list
 from .round_trip import (
     exercise,
     resumed_apart,

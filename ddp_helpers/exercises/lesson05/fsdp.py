@@ -7,7 +7,7 @@ weights to within TOLERANCE (why not bit for bit: TOLERANCE's comment)."""
 from __future__ import annotations
 
 from ...i18n import messages
-from .._core import Exercise, Mistake, Phrase, Wrong, and_list, process_group, run_on_ranks
+from ..kit import Exercise, Mistake, Phrase, Wrong, and_list, process_group, run_on_ranks
 from ..space import CHECK_SEED, Space, on_hidden_seeds, trying
 from .common import DEPTH, WIDTH, make_batches, make_model, my_rows
 

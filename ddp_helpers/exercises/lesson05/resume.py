@@ -7,7 +7,7 @@ saved, and one more step the run that never stopped."""
 from __future__ import annotations
 
 from ...i18n import messages
-from .._core import Mistake, Wrong
+from ..kit import Mistake, Wrong
 from .round_trip import (
     exercise,
     resumed_apart,

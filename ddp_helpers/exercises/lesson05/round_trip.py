@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 
 from ...i18n import messages
-from .._core import Exercise, Phrase, process_group, rank_folders, run_on_ranks
+from ..kit import Exercise, Phrase, process_group, rank_folders, run_on_ranks
 from ..space import CHECK_SEED, Space, on_hidden_seeds, trying
 from .common import DEPTH, WIDTH, make_batches, make_model, my_rows
 from .fsdp import NOTEBOOK_ROWS, TOLERANCE, _everyone

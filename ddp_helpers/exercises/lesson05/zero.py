@@ -20,8 +20,8 @@ no gradient reduced again in step(), and the optimizer state each rank holds, me
 from __future__ import annotations
 
 from ...i18n import messages
-from .._core import Exercise, Mistake, Phrase, Wrong, and_list, process_group, run_on_ranks
 from ..devices import collectives, made_off_device
+from ..kit import Exercise, Mistake, Phrase, Wrong, and_list, process_group, run_on_ranks
 from ..space import CHECK_SEED, Space, on_hidden_seeds, trying
 from .common import DEPTH, WIDTH, make_batches, make_model, my_rows
 

@@ -25,7 +25,7 @@ from drawn_answers.ex_5_2 import (
     fsdp_three_blocks_by_index,
 )
 
-from ddp_helpers.exercises._core import Answer, run_on_ranks
+from ddp_helpers.exercises.kit import Answer, run_on_ranks
 from ddp_helpers.exercises.lesson05 import fsdp
 from ddp_helpers.exercises.space import CHECK_SEED
 
@@ -111,7 +111,7 @@ def _reductions(_):
     from torch.distributed.fsdp import fully_shard
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from ddp_helpers.exercises._core import process_group
+    from ddp_helpers.exercises.kit import process_group
     from ddp_helpers.exercises.lesson05.common import make_batches, make_model, my_rows
 
     def grads(model, x, y):
