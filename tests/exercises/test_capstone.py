@@ -21,13 +21,12 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
-from ddp_helpers.exercises import capstone
-from ddp_helpers.exercises.capstone import GLOBAL_BATCH, LR, make_dataset, make_model
 from ddp_helpers.exercises.kit import hang_limit, weights_apart
 from ddp_helpers.exercises.lesson02.cleanup import cleanup
 from ddp_helpers.exercises.lesson02.setup import setup
 from ddp_helpers.exercises.lesson03.wrap import wrap
-from ddp_helpers.exercises.lesson04 import make_loader
+from ddp_helpers.exercises.lesson04 import capstone, make_loader
+from ddp_helpers.exercises.lesson04.capstone import GLOBAL_BATCH, LR, make_dataset, make_model
 from support import ROOT
 
 # The answers travel to the ranks by value, as a notebook's do.

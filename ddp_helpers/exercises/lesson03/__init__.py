@@ -1,7 +1,7 @@
 """Exercises of lesson 03, wrapping the model (`from ddp_helpers.exercises import lesson03`).
 
 One module per exercise, each with its words, reference, judge and Exercise: 3.1 wrap,
-3.2 average, 3.3 ratio, 3.4 accumulate, 3.5 traffic; 3.6 is MiniDDP (exercises/mini_ddp.py).
+3.2 average, 3.3 ratio, 3.4 accumulate, 3.5 traffic; 3.6 mini_ddp (MiniDDP, DDP by hand).
 common holds what the cells and several checks share; this module, the words the cells say."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ from __future__ import annotations
 from ...i18n import messages
 from ..kit import progress as _progress
 from ..kit import sayer
-from ..mini_ddp import buckets_for as buckets_for  # exercise 3.6 lays out its buckets with it
-from ..mini_ddp import exercise as q6
-from ..mini_ddp import mini_ddp_timeline as mini_ddp_timeline
 from .accumulate import q4
 from .average import q2
 from .common import make_batches as make_batches
 from .common import make_model as make_model
 from .common import setup as setup
+from .mini_ddp import buckets_for as buckets_for  # exercise 3.6 lays out its buckets with it
+from .mini_ddp import exercise as q6
+from .mini_ddp import mini_ddp_timeline as mini_ddp_timeline
 from .ratio import q3
 from .traffic import q5
 from .wrap import q1

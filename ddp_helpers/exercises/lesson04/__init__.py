@@ -1,20 +1,20 @@
 """Exercises of lesson 04, sampler and checkpoint (`from ddp_helpers.exercises import lesson04`).
 
-One module per exercise, each with its words, reference, judge and Exercise: 4.1 is the
-capstone (exercises/capstone.py); 4.2 loader, 4.3 quiz, 4.4 evaluate, 4.5 save, 4.6 load,
-4.7 gather."""
+One module per exercise, each with its words, reference, judge and Exercise: 4.1 capstone
+(capstone_spies: what its check watches), 4.2 loader, 4.3 quiz, 4.4 evaluate, 4.5 save,
+4.6 load, 4.7 gather."""
 
 from __future__ import annotations
 
 from ...i18n import messages
-from ..capstone import exercise as q1  # exercise 4.1, the capstone: a script turned into DDP
-from ..capstone import (  # noqa: F401 - the capstone's data and model, as ex.make_dataset
+from ..kit import Texts, and_list
+from ..kit import progress as _progress
+from .capstone import exercise as q1  # exercise 4.1, the capstone: a script turned into DDP
+from .capstone import (  # noqa: F401 - the capstone's data and model, as ex.make_dataset
     make_dataset,
     make_loader,  # exercise 4.2's reference (Going further), the capstone's own loader
     make_model,
 )
-from ..kit import Texts, and_list
-from ..kit import progress as _progress
 from .evaluate import q4
 from .gather import q7
 from .load import q6

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from ... import i18n
 from ...i18n import messages
-from ..capstone import make_loader  # 4.2's reference: the capstone's own loader
 from ..kit import (
     Exercise,
     Mistake,
@@ -15,6 +14,7 @@ from ..kit import (
     run_on_ranks,
 )
 from ..space import CHECK_SEED, Space, on_hidden_seeds, trying
+from .capstone import make_loader  # 4.2's reference: the capstone's own loader
 
 MESSAGES = messages(
     "exercises.lesson04.loader",
