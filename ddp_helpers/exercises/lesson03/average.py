@@ -11,6 +11,7 @@ from ..kit import (
     Wrong,
     and_list,
     process_group,
+    rank_mistakes,
     run_on_ranks,
 )
 from ..space import CHECK_SEED, Space, on_hidden_seeds, trying
@@ -289,8 +290,7 @@ q2 = Exercise(
         "avg_differ": Mistake(hint="avg_divide"),
         "avg_local": Mistake(hint="avg_divide"),
         "off_device": Mistake(),
-        "hang": Mistake(hint="avg_same_calls"),
-        "mismatch": Mistake(hint="avg_same_calls"),
+        **rank_mistakes(hint="avg_same_calls"),
     },
     hidden=on_hidden_seeds(_check_average),
     space=SPACE,

@@ -24,6 +24,7 @@ from ..kit import (
     Phrase,
     Wrong,
     and_list,
+    rank_mistakes,
     run_on_ranks,
     weights_apart,
 )
@@ -766,8 +767,7 @@ exercise = Exercise(
         "loss_summed": Mistake(hint="scale"),
         "weights_nan": Mistake(hint="scale"),
         # The usual hang: a collective inside `if rank == 0:`.
-        "hang": Mistake(hint="save"),
-        "mismatch": Mistake(hint="save"),
+        **rank_mistakes(hint="save"),
     },
     minutes=16,
     hidden=on_hidden_seeds(_check_train_ddp),

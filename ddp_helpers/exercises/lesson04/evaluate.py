@@ -12,6 +12,7 @@ from ..kit import (
     Wrong,
     and_list,
     process_group,
+    rank_mistakes,
     run_on_ranks,
 )
 from ..space import CHECK_SEED, HIDDEN_SEEDS, Space, on_hidden_seeds, trying
@@ -469,8 +470,7 @@ q4 = Exercise(
         "eval_stale": Mistake(hint="eval_fresh"),
         "eval_accumulated": Mistake(hint="eval_fresh"),
         "off_device": Mistake(),
-        "hang": Mistake(hint="eval_mode"),
-        "mismatch": Mistake(hint="eval_ddp_forward"),
+        **rank_mistakes(hang="eval_mode", mismatch="eval_ddp_forward"),
     },
     hidden=on_hidden_seeds(_check_evaluate),
     further=True,

@@ -11,6 +11,7 @@ from ..kit import (
     Wrong,
     and_list,
     process_group,
+    rank_mistakes,
     run_on_ranks,
 )
 from ..space import CHECK_SEED, Space, on_hidden_seeds, trying
@@ -358,8 +359,7 @@ q7 = Exercise(
         "gather_not_tensor": Mistake(hint="gather_pad"),
         "gather_shape": Mistake(hint="gather_every_rank"),
         "off_device": Mistake(),
-        "hang": Mistake(hint="gather_every_rank"),
-        "mismatch": Mistake(hint="gather_every_rank"),
+        **rank_mistakes(hint="gather_every_rank"),
     },
     hidden=on_hidden_seeds(_check_gather),
     space=SPACE,

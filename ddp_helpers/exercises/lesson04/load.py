@@ -16,6 +16,7 @@ from ..kit import (
     and_list,
     process_group,
     rank_folders,
+    rank_mistakes,
     run_on_ranks,
 )
 from ..space import CHECK_SEED, Space, on_hidden_seeds, trying
@@ -304,8 +305,7 @@ q6 = Exercise(
         "load_optimizer": Mistake(hint="load_restore"),
         "load_buffers": Mistake(hint="load_restore"),
         "load_epoch": Mistake(hint="load_restore"),
-        "hang": Mistake(hint="load_restore"),
-        "mismatch": Mistake(hint="load_restore"),
+        **rank_mistakes(hint="load_restore"),
     },
     hidden=on_hidden_seeds(_check_load),
     space=SPACE,

@@ -11,6 +11,7 @@ from ..kit import (
     Wrong,
     and_list,
     process_group,
+    rank_mistakes,
     run_on_ranks,
 )
 from ..space import CHECK_SEED, Space, on_hidden_seeds, trying
@@ -275,8 +276,7 @@ q2 = Exercise(
         "loader_seed": Mistake(hint="loader_defaults"),
         "loader_same_epoch": Mistake(hint="loader_defaults"),
         "loader_stale": Mistake(hint="loader_fresh"),
-        "hang": Mistake(hint="loader_sampler"),
-        "mismatch": Mistake(hint="loader_sampler"),
+        **rank_mistakes(hint="loader_sampler"),
     },
     further=True,
     hidden=on_hidden_seeds(_check_loader),

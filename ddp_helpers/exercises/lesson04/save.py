@@ -16,6 +16,7 @@ from ..kit import (
     process_group,
     rank_folder,
     rank_folders,
+    rank_mistakes,
     run_on_ranks,
 )
 from ..space import CHECK_SEED, Space, on_hidden_seeds, trying
@@ -549,8 +550,7 @@ q5 = Exercise(
         "save_optimizer": Mistake(hint="save_state"),
         "save_epoch": Mistake(hint="save_state"),
         "off_device": Mistake(),
-        "hang": Mistake(hint="save_barrier"),
-        "mismatch": Mistake(hint="save_barrier"),
+        **rank_mistakes(hint="save_barrier"),
     },
     hidden=on_hidden_seeds(_check_save),
     space=SPACE,

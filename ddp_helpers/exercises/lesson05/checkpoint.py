@@ -10,7 +10,7 @@ there too, each the other's partner (here, one would import the other's module a
 from __future__ import annotations
 
 from ...i18n import messages
-from ..kit import Mistake, Phrase, Wrong, and_list
+from ..kit import Mistake, Phrase, Wrong, and_list, rank_mistakes
 from .round_trip import (
     exercise,
     resumed_apart,
@@ -153,7 +153,6 @@ q4 = exercise(
         "ckpt_missing": Mistake(hint="ckpt_state"),
         "ckpt_values": Mistake(hint="ckpt_state"),
         "ckpt_resumed": Mistake(hint="ckpt_state"),
-        "hang": Mistake(hint="ckpt_collective"),
-        "mismatch": Mistake(hint="ckpt_collective"),
+        **rank_mistakes(hint="ckpt_collective"),
     },
 )

@@ -7,7 +7,7 @@ saved, and one more step the run that never stopped."""
 from __future__ import annotations
 
 from ...i18n import messages
-from ..kit import Mistake, Wrong
+from ..kit import Mistake, Wrong, rank_mistakes
 from .round_trip import (
     exercise,
     resumed_apart,
@@ -93,7 +93,6 @@ q5 = exercise(
         "resume_optimizer": Mistake(hint="resume_into"),
         "resume_not_applied": Mistake(hint="resume_apply"),
         "ckpt_resumed": Mistake(hint="resume_apply"),
-        "hang": Mistake(hint="resume_into"),
-        "mismatch": Mistake(hint="resume_into"),
+        **rank_mistakes(hint="resume_into"),
     },
 )

@@ -21,7 +21,16 @@ from __future__ import annotations
 
 from ...i18n import messages
 from ..devices import collectives, made_off_device
-from ..kit import Exercise, Mistake, Phrase, Wrong, and_list, process_group, run_on_ranks
+from ..kit import (
+    Exercise,
+    Mistake,
+    Phrase,
+    Wrong,
+    and_list,
+    process_group,
+    rank_mistakes,
+    run_on_ranks,
+)
 from ..space import CHECK_SEED, Space, on_hidden_seeds, trying
 from .common import DEPTH, WIDTH, make_batches, make_model, my_rows
 
@@ -763,8 +772,7 @@ q1 = Exercise(
         "zero_not_shared": Mistake(hint="zero_step"),
         "zero_params": Mistake(hint="zero_step"),
         "off_device": Mistake(),
-        "hang": Mistake(hint="zero_step"),
-        "mismatch": Mistake(hint="zero_step"),
+        **rank_mistakes(hint="zero_step"),
     },
     hidden=on_hidden_seeds(_check_zero),
     space=SPACE,
