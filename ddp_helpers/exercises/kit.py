@@ -1,4 +1,4 @@
-"""What an exercise's module is written with: `from .. import kit` (lessonNN/) names all of it.
+"""What an exercise's module is written with: `from ..kit import Exercise, Wrong, ...`.
 
 An Exercise declares its words, hints and mistakes (model); its check runs the answer on ranks
 (running), with harnesses that share what kit holds (harness), and says where a mistake

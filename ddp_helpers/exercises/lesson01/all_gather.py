@@ -81,7 +81,7 @@ SPACE = Space(
 )
 
 
-q4 = Exercise(
+exercise = Exercise(
     "1.4",
     "predict_all_gather",
     _check_gather,

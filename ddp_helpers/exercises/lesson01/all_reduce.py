@@ -97,7 +97,7 @@ SPACE = Space(
 )
 
 
-q3 = Exercise(
+exercise = Exercise(
     "1.3",
     "predict_all_reduce",
     _check_reduce,

@@ -181,7 +181,7 @@ def _judge_share(n: int, rank: int, w: int, got) -> None:
     raise Wrong("shard_other", **args)
 
 
-q2 = Exercise(
+exercise = Exercise(
     "1.2",
     "shard",
     _check_shard,

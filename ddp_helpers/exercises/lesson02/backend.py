@@ -254,7 +254,7 @@ def _judge_machine(calls, answers, k: int) -> None:
     raise Wrong("backend_local" if by_world else "backend_enough", **fields)
 
 
-q1 = Exercise(
+exercise = Exercise(
     "2.1",
     "pick_backend",
     _check_backend,

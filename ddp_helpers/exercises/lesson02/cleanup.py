@@ -121,7 +121,7 @@ def _judge_left(left: list[list[bool]], call: int) -> None:
     raise Wrong("cleanup_left_some", ranks=Listed(still))
 
 
-q3 = Exercise(
+exercise = Exercise(
     "2.3",
     "cleanup",
     _check_cleanup,

@@ -441,7 +441,7 @@ def _did(seen: dict) -> Phrase:
     return Phrase("setup_did", inits=joined, pinned=pinned, returned=returned)
 
 
-q2 = Exercise(
+exercise = Exercise(
     "2.2",
     "setup",
     _check_setup,

@@ -273,7 +273,7 @@ def _judge_step(records: list[dict], ranks: int, machines: int) -> float:
 
 # On the core path, right before DDP does the same: the average by hand, checked against
 # DDP's gradients (moved here from lesson 02's Going further, issue 38).
-q2 = Exercise(
+exercise = Exercise(
     "3.2",
     "average_gradients",
     _check_average,

@@ -92,7 +92,7 @@ SPACE = Space(
 )
 
 
-q3 = Exercise(
+exercise = Exercise(
     "3.3",
     "predict_summed_loss_ratio",
     _check_ratio,

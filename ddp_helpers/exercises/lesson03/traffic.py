@@ -173,7 +173,7 @@ def _judge_wrong(cases, answers, got, params: int, world: int) -> None:
     raise Wrong("bytes_other", got=got, params=params, world=world)
 
 
-q5 = Exercise(
+exercise = Exercise(
     "3.5",
     "bytes_sent",
     _check_bytes,

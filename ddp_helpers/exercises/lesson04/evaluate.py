@@ -438,7 +438,7 @@ def _judge_split(results, n: int, ranks: int) -> None:
         raise Wrong("eval_idle", busy=busy, rows=rows[busy], idle=i18n.listed(idle))
 
 
-q4 = Exercise(
+exercise = Exercise(
     "4.4",
     "evaluate",
     _check_evaluate,

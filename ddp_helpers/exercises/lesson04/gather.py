@@ -339,7 +339,7 @@ def _name_values(got: list, want: list, ranks: int, lengths, dtype: str) -> None
     raise Wrong("gather_values", **where)
 
 
-q7 = Exercise(
+exercise = Exercise(
     "4.7",
     "gather_all",
     _check_gather,

@@ -292,7 +292,7 @@ def _judge_load(r: dict, rank: int, saved: int) -> None:
         raise Wrong("load_epoch", got=r["resume"], saved=saved, want=saved + 1)
 
 
-q6 = Exercise(
+exercise = Exercise(
     "4.6",
     "load_checkpoint",
     _check_load,

@@ -257,7 +257,7 @@ def _check_loader(fn, seed: int = CHECK_SEED) -> Phrase:
     )
 
 
-q2 = Exercise(
+exercise = Exercise(
     "4.2",
     "make_loader",
     _check_loader,

@@ -528,7 +528,7 @@ def _judge_file(info: dict, epoch: int) -> None:
         raise Wrong("save_epoch", got=info["epoch"], want=epoch)
 
 
-q5 = Exercise(
+exercise = Exercise(
     "4.5",
     "save_checkpoint",
     _check_save,

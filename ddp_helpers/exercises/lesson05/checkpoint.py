@@ -12,8 +12,8 @@ from __future__ import annotations
 from ...i18n import messages
 from ..kit import Mistake, Phrase, Wrong, and_list, rank_mistakes
 from .round_trip import (
-    exercise,
     resumed_apart,
+    round_trip_exercise,
     state_apart,
 )
 
@@ -135,7 +135,7 @@ def _judge_found(found: dict) -> None:
     raise Wrong("ckpt_missing", keys=and_list(found["keys"][:4]))
 
 
-q4 = exercise(
+exercise = round_trip_exercise(
     "5.4",
     "save_sharded",
     MESSAGES,

@@ -550,7 +550,7 @@ def _judge_losses(record: dict, rank: int, case: dict) -> None:
             raise Wrong("fsdp_losses", rank=rank, step=step + 1, got=g, want=w)
 
 
-q2 = Exercise(
+exercise = Exercise(
     "5.2",
     "train_fsdp",
     _check_fsdp,

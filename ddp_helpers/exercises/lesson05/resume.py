@@ -9,8 +9,8 @@ from __future__ import annotations
 from ...i18n import messages
 from ..kit import Mistake, Wrong, rank_mistakes
 from .round_trip import (
-    exercise,
     resumed_apart,
+    round_trip_exercise,
     state_apart,
 )
 
@@ -80,7 +80,7 @@ def _judge_load(saving: dict, loading: dict, loaded_on: int) -> None:
         raise Wrong("ckpt_resumed", ranks=loaded_on, name=resumed[0], diff=resumed[1])
 
 
-q5 = exercise(
+exercise = round_trip_exercise(
     "5.5",
     "load_sharded",
     MESSAGES,

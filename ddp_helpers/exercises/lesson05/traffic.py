@@ -230,7 +230,7 @@ def _judge_wrong(cases, answers, got, params: int, world: int) -> None:
     raise Wrong("traffic_other", **fields)
 
 
-q3 = Exercise(
+exercise = Exercise(
     "5.3",
     "predict_bytes_sent",
     _check_traffic,

@@ -748,7 +748,7 @@ def _verdict_state(runs, cases, infos, steps) -> Phrase:
     )
 
 
-q1 = Exercise(
+exercise = Exercise(
     "5.1",
     "ShardedOptimizer",
     _check_zero,

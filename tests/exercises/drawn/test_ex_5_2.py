@@ -32,7 +32,7 @@ from ddp_helpers.exercises.space import CHECK_SEED
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # _reductions runs on the ranks
 
 WRONG, RIGHT = ANSWERS["5.2"]
-EX = fsdp.q2
+EX = fsdp.exercise
 
 
 def _name(value):
