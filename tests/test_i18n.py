@@ -218,7 +218,7 @@ def test_the_japanese_catalog_has_every_message_with_the_same_fields():
 def test_a_list_of_numbers_takes_its_counter_after_each_item_in_japanese():
     """「2 ランクと 3 ランク」, never 「2 と 3 ランク」: a format spec after a list field follows
     each item (texts._Joined); the checks of 4.1, 4.2 and 4.4 say so in the notebook."""
-    from ddp_helpers.exercises.capstone import MESSAGES as capstone
+    from ddp_helpers.exercises.lesson04.capstone import MESSAGES as capstone
     from ddp_helpers.exercises.lesson04.evaluate import MESSAGES as evaluate
     from ddp_helpers.exercises.lesson04.loader import MESSAGES as loader
     from ddp_helpers.exercises.texts import Phrase, Texts, and_list

@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from ddp_helpers.exercises import capstone
+from ddp_helpers.exercises.lesson04 import capstone
 from support import ROOT
 
 SOLUTION = ROOT / "solutions" / "04_sampler_and_checkpoint.ipynb"

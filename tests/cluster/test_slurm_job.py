@@ -12,7 +12,7 @@ import torch
 from cluster.slurm import POLL, Cluster
 
 from ddp_helpers.authoring.export import export
-from ddp_helpers.exercises import capstone
+from ddp_helpers.exercises.lesson04 import capstone
 from support import ROOT, logged_losses
 
 SOLUTION = ROOT / "solutions" / "04_sampler_and_checkpoint.ipynb"

@@ -11,10 +11,10 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
-from ddp_helpers.exercises.capstone import GLOBAL_BATCH, LR, make_dataset, make_model
 from ddp_helpers.exercises.lesson02.cleanup import cleanup
 from ddp_helpers.exercises.lesson02.setup import setup
 from ddp_helpers.exercises.lesson03.wrap import wrap
+from ddp_helpers.exercises.lesson04.capstone import GLOBAL_BATCH, LR, make_dataset, make_model
 
 
 def _one_pass(model, loader, optimizer, device):

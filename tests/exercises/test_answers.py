@@ -9,6 +9,7 @@ answer differs from the reference in algorithm, import style or the API it reads
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
 import os
 import sys
@@ -23,8 +24,8 @@ from ja_guard import english_in_japanese
 from test_capstone import SWEEP_4_1
 
 from ddp_helpers import i18n
-from ddp_helpers.exercises import LESSONS, _core, exercises_of, notebook_name
-from ddp_helpers.exercises._core import RANK_MISTAKES, Hidden
+from ddp_helpers.exercises import LESSONS, exercises_of, notebook_name
+from ddp_helpers.exercises.kit import RANK_MISTAKES, Hidden, hang_limit
 from support import ROOT
 
 # The answers travel to the ranks by value, as a notebook's do: a rank that had to import
@@ -1472,9 +1473,8 @@ def _judged(judge, *record):
 
 
 def _judges():
-    from ddp_helpers.exercises import capstone
     from ddp_helpers.exercises.lesson02 import setup
-    from ddp_helpers.exercises.lesson04 import loader
+    from ddp_helpers.exercises.lesson04 import capstone, loader
     from ddp_helpers.exercises.lesson05 import checkpoint, resume
 
     real = {"rank": 1, "world": 2, "want": "gloo", "returned": {"device": "cpu", "type": "cpu"}}
@@ -1545,8 +1545,8 @@ def assert_named(ex, result, key: str) -> None:
 
 def test_every_mistake_of_every_exercise_is_made_by_some_answer():
     made = {(i, key) for i, _, key in [*WRONG, *JUDGED, *PREDICTIONS]}
-    # hang and mismatch are _core's (tests/exercises/test_exercises.py); an exercise only names
-    # their hint, and the sweep makes them where its checks are likeliest to see them.
+    # hang and mismatch are the rank runner's (tests/exercises/test_exercises.py); an exercise
+    # only names their hint, and the sweep makes them where its checks are likeliest to see them.
     own = {(ex.id, key) for ex in ALL for key in ex.mistakes if key not in RANK_MISTAKES}
     assert not own - made, f"mistakes no answer makes: {sorted(own - made)}"
     assert made <= own | {(ex.id, key) for ex in ALL for key in RANK_MISTAKES}
@@ -1568,11 +1568,11 @@ def _name(value):
 
 
 @pytest.mark.parametrize(("exercise_id", "answer", "key"), WRONG, ids=_name)
-def test_a_real_mistake_does_not_pass_and_is_named(exercise_id, answer, key, monkeypatch):
+def test_a_real_mistake_does_not_pass_and_is_named(exercise_id, answer, key):
     ex = BY_ID[exercise_id]
-    if key == "hang":  # found at the check's hang limit: a shorter one costs the test less
-        monkeypatch.setattr(_core, "HANG_CAP", 5)
-    result = ex.grade(answer)
+    # A hang is found at the check's hang limit: a shorter one costs the test less.
+    with hang_limit(5) if key == "hang" else contextlib.nullcontext():
+        result = ex.grade(answer)
     assert_named(ex, result, key)
     assert_japanese(result)
 

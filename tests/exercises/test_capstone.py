@@ -21,13 +21,12 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
-from ddp_helpers.exercises import capstone
-from ddp_helpers.exercises._core import weights_apart
-from ddp_helpers.exercises.capstone import GLOBAL_BATCH, LR, make_dataset, make_model
+from ddp_helpers.exercises.kit import hang_limit, weights_apart
 from ddp_helpers.exercises.lesson02.cleanup import cleanup
 from ddp_helpers.exercises.lesson02.setup import setup
 from ddp_helpers.exercises.lesson03.wrap import wrap
-from ddp_helpers.exercises.lesson04 import make_loader
+from ddp_helpers.exercises.lesson04 import capstone, make_loader
+from ddp_helpers.exercises.lesson04.capstone import GLOBAL_BATCH, LR, make_dataset, make_model
 from support import ROOT
 
 # The answers travel to the ranks by value, as a notebook's do.
@@ -416,10 +415,9 @@ def test_the_reference_passes_and_says_how_close_it_came():
 @pytest.mark.parametrize(
     "answer", [barrier_inside_the_rank_zero_save, loss_reduced_on_rank_zero_only]
 )
-def test_a_collective_inside_the_rank_zero_save_is_a_hang_with_the_save_hint(monkeypatch, answer):
-    real = capstone.run_on_ranks
-    monkeypatch.setattr(capstone, "run_on_ranks", lambda *a, **k: real(*a, **{**k, "timeout": 3}))
-    result = capstone.exercise.evaluate(answer)
+def test_a_collective_inside_the_rank_zero_save_is_a_hang_with_the_save_hint(answer):
+    with hang_limit(3):
+        result = capstone.exercise.evaluate(answer)
     assert result.status == "wrong", str(result)
     assert result.mistake in ("hang", "mismatch") and result.hint_name == "save"
     assert "did not" in result.message and "inside that `if`" in result.hint
@@ -514,7 +512,7 @@ def test_a_nan_in_any_weight_fails_every_comparison():
 def test_a_first_step_w_or_b_over_w_times_one_process_is_named(world, factor, named):
     # On 4 ranks of 4 rows each both mistakes make the step 4 times one process's: only the
     # 2-rank scenario (run first) tells them apart, so on 4 neither is named.
-    from ddp_helpers.exercises._core import Wrong
+    from ddp_helpers.exercises.kit import Wrong
 
     first = capstone.one_process_first_step()
     before = capstone.spies.weights(make_model())

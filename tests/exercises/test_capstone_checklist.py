@@ -14,7 +14,7 @@ import re
 import nbformat
 import pytest
 
-from ddp_helpers.exercises import capstone
+from ddp_helpers.exercises.lesson04 import capstone
 from support import ROOT
 
 NAME = "04_sampler_and_checkpoint.ipynb"

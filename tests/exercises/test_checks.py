@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ddp_helpers.exercises import LESSONS, _core, exercises_of
+from ddp_helpers.exercises import LESSONS, exercises_of, running
 
 EXERCISES = [ex for lesson in LESSONS for ex in exercises_of(lesson)]
 
@@ -29,13 +29,13 @@ def warm_launcher():
 @pytest.mark.parametrize("ex", EXERCISES, ids=lambda ex: ex.id)
 def test_a_check_stays_within_what_its_exercise_declares(ex, monkeypatch):
     launches = []
-    real = _core._launched
+    real = running._launched
 
     def watched(harness, answer, args, nprocs, nnodes, timeout):
         launches.append(timeout)
         return real(harness, answer, args, nprocs, nnodes, timeout)
 
-    monkeypatch.setattr(_core, "_launched", watched)
+    monkeypatch.setattr(running, "_launched", watched)
     assert ex.evaluate(ex.reference).passed
     if ex._hidden is not None:
         assert ex._run(ex._hidden, ex.reference).passed

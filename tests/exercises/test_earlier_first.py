@@ -78,7 +78,8 @@ def test_the_capstone_names_the_earliest_wrong_answer_under_it():
             ids = [device.index] if device.type == "cuda" else None
             return DDP(model.to(device), device_ids=ids)
         """,
-        "from ddp_helpers.exercises.capstone import make_dataset, make_model, GLOBAL_BATCH, LR",
+        "from ddp_helpers.exercises.lesson04.capstone import "
+        "make_dataset, make_model, GLOBAL_BATCH, LR",
         lesson04.q1.solution_source(namespace={"make_model": 1, "make_dataset": 1}),
     )
     result = lesson04.q1.evaluate(notebook.train_ddp)

@@ -425,7 +425,7 @@ def test_the_class_report_reads_in_a_browser_with_no_broken_images(batch, tmp_pa
 def test_every_mistake_a_score_can_carry_has_a_short_title_in_the_report():
     """A new check's mistakes appear in the report with no code: by their own titles."""
     from ddp_helpers.exercises import LESSONS
-    from ddp_helpers.exercises._core import RANK_MISTAKES
+    from ddp_helpers.exercises.kit import RANK_MISTAKES
     from ddp_helpers.grading.outputs import class_report
 
     core = ["not_attempted", "not_attempted_other", "not_attempted_pasted", "error", "missing"]

@@ -6,12 +6,9 @@ One module per exercise, each with its words, reference, judge and Exercise: 1.1
 from __future__ import annotations
 
 from ...i18n import messages
-from .._core import progress as _progress
-from .._core import sayer
-from .all_gather import q4
-from .all_reduce import q3
-from .gpu import q1
-from .shard import q2
+from ..kit import in_order, numbered, sayer
+from ..kit import progress as _progress
+from . import all_gather, all_reduce, gpu, shard
 
 MESSAGES = messages(
     "exercises.lesson01",
@@ -35,7 +32,8 @@ MESSAGES = messages(
 )
 say = sayer(MESSAGES)
 
-EXERCISES = [q1, q2, q3, q4]
+EXERCISES = in_order(all_gather, all_reduce, gpu, shard)  # by their ids
+globals().update(numbered(EXERCISES))  # ex.q1, ex.q2, ...: each named from its id
 
 
 def progress() -> None:

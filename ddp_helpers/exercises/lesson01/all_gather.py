@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...i18n import messages
-from .._core import (
+from ..kit import (
     Exercise,
     Mistake,
     Phrase,
@@ -81,7 +81,7 @@ SPACE = Space(
 )
 
 
-q4 = Exercise(
+exercise = Exercise(
     "1.4",
     "predict_all_gather",
     _check_gather,

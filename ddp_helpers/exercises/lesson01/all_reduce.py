@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...i18n import messages
-from .._core import (
+from ..kit import (
     Exercise,
     Mistake,
     Phrase,
@@ -97,7 +97,7 @@ SPACE = Space(
 )
 
 
-q3 = Exercise(
+exercise = Exercise(
     "1.3",
     "predict_all_reduce",
     _check_reduce,

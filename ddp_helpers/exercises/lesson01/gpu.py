@@ -6,7 +6,7 @@ import os
 
 from ... import i18n
 from ...i18n import messages
-from .._core import (
+from ..kit import (
     Exercise,
     Mistake,
     Phrase,
@@ -231,7 +231,7 @@ def _judge_rank(env: dict, results: list[dict]) -> None:
     raise Wrong("gpu_other", rank=rank, local=local, node=node, got=got, want=want)
 
 
-q1 = Exercise(
+exercise = Exercise(
     "1.1",
     "gpu_for_this_rank",
     _check_gpu,

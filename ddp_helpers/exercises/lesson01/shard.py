@@ -6,7 +6,7 @@ import math
 import random
 
 from ...i18n import messages
-from .._core import (
+from ..kit import (
     Exercise,
     Mistake,
     Phrase,
@@ -181,7 +181,7 @@ def _judge_share(n: int, rank: int, w: int, got) -> None:
     raise Wrong("shard_other", **args)
 
 
-q2 = Exercise(
+exercise = Exercise(
     "1.2",
     "shard",
     _check_shard,

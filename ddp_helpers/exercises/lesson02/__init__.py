@@ -5,12 +5,12 @@ One module per exercise, each with its words, reference, judge and Exercise: 2.1
 
 from __future__ import annotations
 
-from .._core import progress as _progress
-from .backend import q1
-from .cleanup import q3
-from .setup import q2
+from ..kit import in_order, numbered
+from ..kit import progress as _progress
+from . import backend, cleanup, setup
 
-EXERCISES = [q1, q2, q3]
+EXERCISES = in_order(backend, cleanup, setup)  # by their ids
+globals().update(numbered(EXERCISES))  # ex.q1, ex.q2, ...: each named from its id
 
 
 def progress() -> None:

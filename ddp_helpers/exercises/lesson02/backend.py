@@ -6,7 +6,7 @@ import os
 from unittest import mock
 
 from ...i18n import messages
-from .._core import Exercise, Mistake, Phrase, Wrong, run_on_ranks
+from ..kit import Exercise, Mistake, Phrase, Wrong, run_on_ranks
 from ..lesson01.gpu import layout_env
 from ..space import CHECK_SEED, HIDDEN_SEEDS, Space, on_hidden_seeds, trying
 from . import machines
@@ -254,7 +254,7 @@ def _judge_machine(calls, answers, k: int) -> None:
     raise Wrong("backend_local" if by_world else "backend_enough", **fields)
 
 
-q1 = Exercise(
+exercise = Exercise(
     "2.1",
     "pick_backend",
     _check_backend,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...i18n import messages
-from .._core import Exercise, Listed, Mistake, Phrase, Wrong, run_on_ranks
+from ..kit import Exercise, Listed, Mistake, Phrase, Wrong, rank_mistakes, run_on_ranks
 from ..space import CHECK_SEED, HIDDEN_SEEDS, Space, on_hidden_seeds, trying
 
 MESSAGES = messages(
@@ -121,7 +121,7 @@ def _judge_left(left: list[list[bool]], call: int) -> None:
     raise Wrong("cleanup_left_some", ranks=Listed(still))
 
 
-q3 = Exercise(
+exercise = Exercise(
     "2.3",
     "cleanup",
     _check_cleanup,
@@ -131,8 +131,7 @@ q3 = Exercise(
     mistakes={
         "cleanup_left_all": Mistake(hint="cleanup_leave"),
         "cleanup_left_some": Mistake(hint="cleanup_every_rank"),
-        "hang": Mistake(hint="cleanup_every_rank"),
-        "mismatch": Mistake(hint="cleanup_every_rank"),
+        **rank_mistakes(hint="cleanup_every_rank"),
         "cleanup_kept": Mistake(hint="cleanup_leave"),
     },
     hidden=on_hidden_seeds(_check_cleanup),

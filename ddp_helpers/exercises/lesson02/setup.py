@@ -6,7 +6,7 @@ import os
 from unittest import mock
 
 from ...i18n import messages
-from .._core import Exercise, Mistake, Phrase, Wrong, and_list, run_on_ranks
+from ..kit import Exercise, Mistake, Phrase, Wrong, and_list, rank_mistakes, run_on_ranks
 from ..lesson01.gpu import layout_env
 from ..space import CHECK_SEED, HIDDEN_SEEDS, Space, on_hidden_seeds, trying
 from . import machines
@@ -441,7 +441,7 @@ def _did(seen: dict) -> Phrase:
     return Phrase("setup_did", inits=joined, pinned=pinned, returned=returned)
 
 
-q2 = Exercise(
+exercise = Exercise(
     "2.2",
     "setup",
     _check_setup,
@@ -465,8 +465,7 @@ q2 = Exercise(
         "setup_gpu_other": Mistake(hint="setup_local_rank"),
         "setup_real_missing": Mistake(hint="setup_backend"),
         "setup_real_group": Mistake(hint="setup_local_rank"),
-        "hang": Mistake(hint="setup_backend"),
-        "mismatch": Mistake(hint="setup_backend"),
+        **rank_mistakes(hint="setup_backend"),
         "setup_kept": Mistake(),
     },
     # Machines the check does not show: 8 GPUs, 2 machines x 8 ranks, 3 ranks a machine, 3

@@ -1,25 +1,20 @@
 """Exercises of lesson 03, wrapping the model (`from ddp_helpers.exercises import lesson03`).
 
 One module per exercise, each with its words, reference, judge and Exercise: 3.1 wrap,
-3.2 average, 3.3 ratio, 3.4 accumulate, 3.5 traffic; 3.6 is MiniDDP (exercises/mini_ddp.py).
+3.2 average, 3.3 ratio, 3.4 accumulate, 3.5 traffic; 3.6 mini_ddp (MiniDDP, DDP by hand).
 common holds what the cells and several checks share; this module, the words the cells say."""
 
 from __future__ import annotations
 
 from ...i18n import messages
-from .._core import progress as _progress
-from .._core import sayer
-from ..mini_ddp import buckets_for as buckets_for  # exercise 3.6 lays out its buckets with it
-from ..mini_ddp import exercise as q6
-from ..mini_ddp import mini_ddp_timeline as mini_ddp_timeline
-from .accumulate import q4
-from .average import q2
+from ..kit import in_order, numbered, sayer
+from ..kit import progress as _progress
+from . import accumulate, average, mini_ddp, ratio, traffic, wrap
 from .common import make_batches as make_batches
 from .common import make_model as make_model
 from .common import setup as setup
-from .ratio import q3
-from .traffic import q5
-from .wrap import q1
+from .mini_ddp import buckets_for as buckets_for  # exercise 3.6 lays out its buckets with it
+from .mini_ddp import mini_ddp_timeline as mini_ddp_timeline
 
 # This lesson's cells and checks wrap models in DDP: its notebook's %load_ext and the grader's
 # scorer ask the launcher to expect it (launcher.expect_ddp); importing it changes nothing.
@@ -44,7 +39,8 @@ MESSAGES = messages(
 )
 say = sayer(MESSAGES)
 
-EXERCISES = [q1, q2, q3, q4, q5, q6]
+EXERCISES = in_order(accumulate, average, mini_ddp, ratio, traffic, wrap)  # by their ids
+globals().update(numbered(EXERCISES))  # ex.q1, ex.q2, ...: each named from its id
 
 
 def progress() -> None:

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from ...i18n import messages
-from .._core import (
+from ..devices import made_off_device
+from ..kit import (
     Exercise,
     Mistake,
     Phrase,
     Wrong,
     and_list,
     process_group,
+    rank_mistakes,
     run_on_ranks,
 )
-from ..devices import made_off_device
 from ..space import CHECK_SEED, Space, on_hidden_seeds, trying
 
 MESSAGES = messages(
@@ -272,7 +273,7 @@ def _judge_step(records: list[dict], ranks: int, machines: int) -> float:
 
 # On the core path, right before DDP does the same: the average by hand, checked against
 # DDP's gradients (moved here from lesson 02's Going further, issue 38).
-q2 = Exercise(
+exercise = Exercise(
     "3.2",
     "average_gradients",
     _check_average,
@@ -289,8 +290,7 @@ q2 = Exercise(
         "avg_differ": Mistake(hint="avg_divide"),
         "avg_local": Mistake(hint="avg_divide"),
         "off_device": Mistake(),
-        "hang": Mistake(hint="avg_same_calls"),
-        "mismatch": Mistake(hint="avg_same_calls"),
+        **rank_mistakes(hint="avg_same_calls"),
     },
     hidden=on_hidden_seeds(_check_average),
     space=SPACE,

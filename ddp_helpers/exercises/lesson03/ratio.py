@@ -6,7 +6,7 @@ import fractions
 
 from ...i18n import messages
 from ...launcher.plain import shown
-from .._core import (
+from ..kit import (
     Exercise,
     Mistake,
     Phrase,
@@ -92,7 +92,7 @@ SPACE = Space(
 )
 
 
-q3 = Exercise(
+exercise = Exercise(
     "3.3",
     "predict_summed_loss_ratio",
     _check_ratio,

@@ -6,7 +6,7 @@ import math
 import random
 
 from ...i18n import messages
-from .._core import (
+from ..kit import (
     Exercise,
     Listed,
     Mistake,
@@ -173,7 +173,7 @@ def _judge_wrong(cases, answers, got, params: int, world: int) -> None:
     raise Wrong("bytes_other", got=got, params=params, world=world)
 
 
-q5 = Exercise(
+exercise = Exercise(
     "3.5",
     "bytes_sent",
     _check_bytes,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from ...i18n import messages
-from .._core import (
+from ..kit import (
     Exercise,
     Mistake,
     Phrase,
@@ -358,7 +358,7 @@ def _check_pretend_gpu_rank(got) -> None:
         raise Wrong("wrap_inner" if got["inner"] else "wrap_bare", kind=got["kind"])
 
 
-q1 = Exercise(
+exercise = Exercise(
     "3.1",
     "wrap",
     _check_wrap,

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from ... import i18n
 from ...i18n import messages
-from .._core import (
+from ..devices import made_off_device
+from ..kit import (
     Exercise,
     Mistake,
     Phrase,
     Wrong,
     and_list,
     process_group,
+    rank_mistakes,
     run_on_ranks,
 )
-from ..devices import made_off_device
 from ..space import CHECK_SEED, HIDDEN_SEEDS, Space, on_hidden_seeds, trying
 
 MESSAGES = messages(
@@ -437,7 +438,7 @@ def _judge_split(results, n: int, ranks: int) -> None:
         raise Wrong("eval_idle", busy=busy, rows=rows[busy], idle=i18n.listed(idle))
 
 
-q4 = Exercise(
+exercise = Exercise(
     "4.4",
     "evaluate",
     _check_evaluate,
@@ -469,8 +470,7 @@ q4 = Exercise(
         "eval_stale": Mistake(hint="eval_fresh"),
         "eval_accumulated": Mistake(hint="eval_fresh"),
         "off_device": Mistake(),
-        "hang": Mistake(hint="eval_mode"),
-        "mismatch": Mistake(hint="eval_ddp_forward"),
+        **rank_mistakes(hang="eval_mode", mismatch="eval_ddp_forward"),
     },
     hidden=on_hidden_seeds(_check_evaluate),
     further=True,

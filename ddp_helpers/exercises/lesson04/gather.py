@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from ...i18n import messages
-from .._core import (
+from ..devices import made_off_device
+from ..kit import (
     Exercise,
     Mistake,
     Phrase,
     Wrong,
     and_list,
     process_group,
+    rank_mistakes,
     run_on_ranks,
 )
-from ..devices import made_off_device
 from ..space import CHECK_SEED, Space, on_hidden_seeds, trying
 
 MESSAGES = messages(
@@ -338,7 +339,7 @@ def _name_values(got: list, want: list, ranks: int, lengths, dtype: str) -> None
     raise Wrong("gather_values", **where)
 
 
-q7 = Exercise(
+exercise = Exercise(
     "4.7",
     "gather_all",
     _check_gather,
@@ -358,8 +359,7 @@ q7 = Exercise(
         "gather_not_tensor": Mistake(hint="gather_pad"),
         "gather_shape": Mistake(hint="gather_every_rank"),
         "off_device": Mistake(),
-        "hang": Mistake(hint="gather_every_rank"),
-        "mismatch": Mistake(hint="gather_every_rank"),
+        **rank_mistakes(hint="gather_every_rank"),
     },
     hidden=on_hidden_seeds(_check_gather),
     space=SPACE,

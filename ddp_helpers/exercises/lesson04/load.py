@@ -8,7 +8,7 @@ import sys
 
 from ...i18n import messages
 from ...torch_compat import Reason, Touchpoint, check, warnings
-from .._core import (
+from ..kit import (
     Exercise,
     Mistake,
     Phrase,
@@ -16,6 +16,7 @@ from .._core import (
     and_list,
     process_group,
     rank_folders,
+    rank_mistakes,
     run_on_ranks,
 )
 from ..space import CHECK_SEED, Space, on_hidden_seeds, trying
@@ -291,7 +292,7 @@ def _judge_load(r: dict, rank: int, saved: int) -> None:
         raise Wrong("load_epoch", got=r["resume"], saved=saved, want=saved + 1)
 
 
-q6 = Exercise(
+exercise = Exercise(
     "4.6",
     "load_checkpoint",
     _check_load,
@@ -304,8 +305,7 @@ q6 = Exercise(
         "load_optimizer": Mistake(hint="load_restore"),
         "load_buffers": Mistake(hint="load_restore"),
         "load_epoch": Mistake(hint="load_restore"),
-        "hang": Mistake(hint="load_restore"),
-        "mismatch": Mistake(hint="load_restore"),
+        **rank_mistakes(hint="load_restore"),
     },
     hidden=on_hidden_seeds(_check_load),
     space=SPACE,

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from ... import i18n
 from ...i18n import messages
-from .._core import (
+from ..kit import (
     Exercise,
     Mistake,
     Phrase,
     Wrong,
     and_list,
     process_group,
+    rank_mistakes,
     run_on_ranks,
 )
-from ..capstone import make_loader  # 4.2's reference: the capstone's own loader
 from ..space import CHECK_SEED, Space, on_hidden_seeds, trying
+from .capstone import make_loader  # 4.2's reference: the capstone's own loader
 
 MESSAGES = messages(
     "exercises.lesson04.loader",
@@ -256,7 +257,7 @@ def _check_loader(fn, seed: int = CHECK_SEED) -> Phrase:
     )
 
 
-q2 = Exercise(
+exercise = Exercise(
     "4.2",
     "make_loader",
     _check_loader,
@@ -275,8 +276,7 @@ q2 = Exercise(
         "loader_seed": Mistake(hint="loader_defaults"),
         "loader_same_epoch": Mistake(hint="loader_defaults"),
         "loader_stale": Mistake(hint="loader_fresh"),
-        "hang": Mistake(hint="loader_sampler"),
-        "mismatch": Mistake(hint="loader_sampler"),
+        **rank_mistakes(hint="loader_sampler"),
     },
     further=True,
     hidden=on_hidden_seeds(_check_loader),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...i18n import messages
-from .._core import (
+from ..kit import (
     Exercise,
     Mistake,
     Phrase,
@@ -92,7 +92,7 @@ def _check_quiz(fn) -> Phrase:
     return Phrase("quiz_ok", n=len(QUIZ))
 
 
-q3 = Exercise(
+exercise = Exercise(
     "4.3",
     "quiz_answers",
     _check_quiz,

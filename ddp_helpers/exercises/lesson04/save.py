@@ -6,7 +6,8 @@ import contextlib
 import os
 
 from ...i18n import messages
-from .._core import (
+from ..devices import collectives, made_off_device
+from ..kit import (
     Exercise,
     Mistake,
     Phrase,
@@ -15,9 +16,9 @@ from .._core import (
     process_group,
     rank_folder,
     rank_folders,
+    rank_mistakes,
     run_on_ranks,
 )
-from ..devices import collectives, made_off_device
 from ..space import CHECK_SEED, Space, on_hidden_seeds, trying
 
 MESSAGES = messages(
@@ -527,7 +528,7 @@ def _judge_file(info: dict, epoch: int) -> None:
         raise Wrong("save_epoch", got=info["epoch"], want=epoch)
 
 
-q5 = Exercise(
+exercise = Exercise(
     "4.5",
     "save_checkpoint",
     _check_save,
@@ -549,8 +550,7 @@ q5 = Exercise(
         "save_optimizer": Mistake(hint="save_state"),
         "save_epoch": Mistake(hint="save_state"),
         "off_device": Mistake(),
-        "hang": Mistake(hint="save_barrier"),
-        "mismatch": Mistake(hint="save_barrier"),
+        **rank_mistakes(hint="save_barrier"),
     },
     hidden=on_hidden_seeds(_check_save),
     space=SPACE,

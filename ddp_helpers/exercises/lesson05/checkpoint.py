@@ -10,10 +10,10 @@ there too, each the other's partner (here, one would import the other's module a
 from __future__ import annotations
 
 from ...i18n import messages
-from .._core import Mistake, Phrase, Wrong, and_list
+from ..kit import Mistake, Phrase, Wrong, and_list, rank_mistakes
 from .round_trip import (
-    exercise,
     resumed_apart,
+    round_trip_exercise,
     state_apart,
 )
 
@@ -135,7 +135,7 @@ def _judge_found(found: dict) -> None:
     raise Wrong("ckpt_missing", keys=and_list(found["keys"][:4]))
 
 
-q4 = exercise(
+exercise = round_trip_exercise(
     "5.4",
     "save_sharded",
     MESSAGES,
@@ -153,7 +153,6 @@ q4 = exercise(
         "ckpt_missing": Mistake(hint="ckpt_state"),
         "ckpt_values": Mistake(hint="ckpt_state"),
         "ckpt_resumed": Mistake(hint="ckpt_state"),
-        "hang": Mistake(hint="ckpt_collective"),
-        "mismatch": Mistake(hint="ckpt_collective"),
+        **rank_mistakes(hint="ckpt_collective"),
     },
 )

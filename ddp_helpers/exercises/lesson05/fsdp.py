@@ -7,7 +7,16 @@ weights to within TOLERANCE (why not bit for bit: TOLERANCE's comment)."""
 from __future__ import annotations
 
 from ...i18n import messages
-from .._core import Exercise, Mistake, Phrase, Wrong, and_list, process_group, run_on_ranks
+from ..kit import (
+    Exercise,
+    Mistake,
+    Phrase,
+    Wrong,
+    and_list,
+    process_group,
+    rank_mistakes,
+    run_on_ranks,
+)
 from ..space import CHECK_SEED, Space, on_hidden_seeds, trying
 from .common import DEPTH, WIDTH, make_batches, make_model, my_rows
 
@@ -541,7 +550,7 @@ def _judge_losses(record: dict, rank: int, case: dict) -> None:
             raise Wrong("fsdp_losses", rank=rank, step=step + 1, got=g, want=w)
 
 
-q2 = Exercise(
+exercise = Exercise(
     "5.2",
     "train_fsdp",
     _check_fsdp,
@@ -560,8 +569,7 @@ q2 = Exercise(
         "fsdp_return": Mistake(hint="fsdp_loop"),
         "fsdp_losses": Mistake(hint="fsdp_loop"),
         "fsdp_weights": Mistake(hint="fsdp_loop"),
-        "hang": Mistake(hint="fsdp_hooks"),
-        "mismatch": Mistake(hint="fsdp_hooks"),
+        **rank_mistakes(hint="fsdp_hooks"),
     },
     hidden=on_hidden_seeds(_check_fsdp),
     space=SPACE,

@@ -7,10 +7,10 @@ saved, and one more step the run that never stopped."""
 from __future__ import annotations
 
 from ...i18n import messages
-from .._core import Mistake, Wrong
+from ..kit import Mistake, Wrong, rank_mistakes
 from .round_trip import (
-    exercise,
     resumed_apart,
+    round_trip_exercise,
     state_apart,
 )
 
@@ -80,7 +80,7 @@ def _judge_load(saving: dict, loading: dict, loaded_on: int) -> None:
         raise Wrong("ckpt_resumed", ranks=loaded_on, name=resumed[0], diff=resumed[1])
 
 
-q5 = exercise(
+exercise = round_trip_exercise(
     "5.5",
     "load_sharded",
     MESSAGES,
@@ -93,7 +93,6 @@ q5 = exercise(
         "resume_optimizer": Mistake(hint="resume_into"),
         "resume_not_applied": Mistake(hint="resume_apply"),
         "ckpt_resumed": Mistake(hint="resume_apply"),
-        "hang": Mistake(hint="resume_into"),
-        "mismatch": Mistake(hint="resume_into"),
+        **rank_mistakes(hint="resume_into"),
     },
 )

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 
 from ...i18n import messages
-from .._core import Exercise, Phrase, process_group, rank_folders, run_on_ranks
+from ..kit import Exercise, Phrase, process_group, rank_folders, run_on_ranks
 from ..space import CHECK_SEED, Space, on_hidden_seeds, trying
 from .common import DEPTH, WIDTH, make_batches, make_model, my_rows
 from .fsdp import NOTEBOOK_ROWS, TOLERANCE, _everyone
@@ -415,7 +415,7 @@ def case_phrase(case: dict) -> Phrase:
     return Phrase("ckpt_model", depth=case["depth"], width=case["width"], dtype=case["dtype"])
 
 
-def exercise(number: str, name: str, texts, judge, ok: str, **declared) -> Exercise:
+def round_trip_exercise(number: str, name: str, texts, judge, ok: str, **declared) -> Exercise:
     """5.4 or 5.5: the answer on its side of the round trip (5.4 saves, 5.5 loads), the
     other's reference on the other; `ok` the message of a pass, `declared` its hints and
     mistakes."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 
 from ...i18n import messages
-from .._core import Exercise, Listed, Mistake, Phrase, Wrong, answers_to
+from ..kit import Exercise, Listed, Mistake, Phrase, Wrong, answers_to
 from ..lesson03.traffic import MESSAGES as RING_MESSAGES  # lesson 03's hint on the ring
 from ..lesson03.traffic import _close, _ring_bytes
 from ..space import CHECK_SEED, HIDDEN_SEEDS, Space, on_hidden_seeds
@@ -230,7 +230,7 @@ def _judge_wrong(cases, answers, got, params: int, world: int) -> None:
     raise Wrong("traffic_other", **fields)
 
 
-q3 = Exercise(
+exercise = Exercise(
     "5.3",
     "predict_bytes_sent",
     _check_traffic,

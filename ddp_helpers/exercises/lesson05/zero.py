@@ -20,8 +20,17 @@ no gradient reduced again in step(), and the optimizer state each rank holds, me
 from __future__ import annotations
 
 from ...i18n import messages
-from .._core import Exercise, Mistake, Phrase, Wrong, and_list, process_group, run_on_ranks
 from ..devices import collectives, made_off_device
+from ..kit import (
+    Exercise,
+    Mistake,
+    Phrase,
+    Wrong,
+    and_list,
+    process_group,
+    rank_mistakes,
+    run_on_ranks,
+)
 from ..space import CHECK_SEED, Space, on_hidden_seeds, trying
 from .common import DEPTH, WIDTH, make_batches, make_model, my_rows
 
@@ -739,7 +748,7 @@ def _verdict_state(runs, cases, infos, steps) -> Phrase:
     )
 
 
-q1 = Exercise(
+exercise = Exercise(
     "5.1",
     "ShardedOptimizer",
     _check_zero,
@@ -763,8 +772,7 @@ q1 = Exercise(
         "zero_not_shared": Mistake(hint="zero_step"),
         "zero_params": Mistake(hint="zero_step"),
         "off_device": Mistake(),
-        "hang": Mistake(hint="zero_step"),
-        "mismatch": Mistake(hint="zero_step"),
+        **rank_mistakes(hint="zero_step"),
     },
     hidden=on_hidden_seeds(_check_zero),
     space=SPACE,

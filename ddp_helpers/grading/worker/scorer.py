@@ -3,7 +3,7 @@ from the learner's kernel: whatever the notebook did to the checks in its kernel
 
 The learner's code never runs in a scorer: each answer stays the bytes the kernel pickled
 (an Answer), looked at without being loaded, and is loaded only on the ranks a check runs
-it on (exercises.run_on_ranks, run_answer), whose values come back as plain data. What a
+it on (exercises.running: run_on_ranks, run_answer), whose values come back as plain data. What a
 scorer writes is read by the worker as claims to check: only lines for the exercises asked
 for, with the statuses and mistake keys each exercise has, each field capped.
 
@@ -82,7 +82,7 @@ def course_global(payload: bytes, references: set[tuple[str, str]]) -> bool:
     """Whether a pickled answer names one of the course's references as a global (the
     reference itself, an alias of it, or inside a functools.partial): read from the pickle's
     opcodes, nothing loaded. A wrapper that calls the reference, or its code re-homed, is
-    found where the check runs it (exercises._core._in_rank)."""
+    found where the check runs it (exercises.tripwire.in_rank)."""
     pushed: list[str | None] = []  # what each op pushed: its string, or None for another value
     memo: dict[int, str | None] = {}
     try:

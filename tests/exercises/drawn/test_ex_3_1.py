@@ -11,7 +11,7 @@ from drawn_answers.ex_3_1 import (
 )
 
 from ddp_helpers.exercises import lesson03
-from ddp_helpers.exercises._core import process_group, run_on_ranks
+from ddp_helpers.exercises.kit import process_group, run_on_ranks
 from ddp_helpers.exercises.lesson03 import wrap
 
 

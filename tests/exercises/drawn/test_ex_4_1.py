@@ -15,7 +15,7 @@ from drawn_answers.ex_4_1 import (
     trains_two_epochs_whatever_it_is_asked,
 )
 
-from ddp_helpers.exercises import capstone
+from ddp_helpers.exercises.lesson04 import capstone
 
 
 @pytest.mark.parametrize(

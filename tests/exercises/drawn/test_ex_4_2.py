@@ -29,7 +29,7 @@ from ddp_helpers.exercises.lesson04 import loader
     ids=["notebook's batch", "two ranks", "kept sampler", "kept loader"],
 )
 def test_make_loader_answers_that_hold_in_one_configuration_only(answer, mistake, said):
-    result = loader.q2.evaluate(answer)
+    result = loader.exercise.evaluate(answer)
     assert result.mistake == mistake, result.message
     assert said in result.message
 

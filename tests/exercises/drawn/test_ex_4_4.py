@@ -33,7 +33,7 @@ from ddp_helpers.exercises.lesson04 import evaluate
     ids=["stale", "stale call", "accumulated", "machines", "machines twice", "two", "3 ranks"],
 )
 def test_evaluate_answers_that_hold_in_one_configuration_only(answer, mistake, said):
-    result = evaluate.q4.evaluate(answer)
+    result = evaluate.exercise.evaluate(answer)
     assert result.mistake == mistake, result.message
     assert said in result.message
 

@@ -25,14 +25,14 @@ from drawn_answers.ex_5_2 import (
     fsdp_three_blocks_by_index,
 )
 
-from ddp_helpers.exercises._core import Answer, run_on_ranks
+from ddp_helpers.exercises.kit import Answer, run_on_ranks
 from ddp_helpers.exercises.lesson05 import fsdp
 from ddp_helpers.exercises.space import CHECK_SEED
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # _reductions runs on the ranks
 
 WRONG, RIGHT = ANSWERS["5.2"]
-EX = fsdp.q2
+EX = fsdp.exercise
 
 
 def _name(value):
@@ -111,7 +111,7 @@ def _reductions(_):
     from torch.distributed.fsdp import fully_shard
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from ddp_helpers.exercises._core import process_group
+    from ddp_helpers.exercises.kit import process_group
     from ddp_helpers.exercises.lesson05.common import make_batches, make_model, my_rows
 
     def grads(model, x, y):

@@ -23,7 +23,7 @@ from ddp_helpers.exercises.lesson05 import checkpoint, round_trip
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # _saved_by runs on the ranks
 
 WRONG, RIGHT = ANSWERS["5.4"]
-EX = checkpoint.q4
+EX = checkpoint.exercise
 
 
 def _name(value):
@@ -50,7 +50,7 @@ def test_a_plain_process_cannot_use_one_ranks_torch_saved_shards(tmp_path):
     import torch
     import torch.distributed.tensor  # noqa: F401 - weights_only loads DTensors once imported
 
-    from ddp_helpers.exercises._core import Answer, run_on_ranks
+    from ddp_helpers.exercises.kit import Answer, run_on_ranks
     from ddp_helpers.exercises.lesson05.common import make_model
 
     path = str(tmp_path / "ckpt")
@@ -71,7 +71,7 @@ def _saved_by(save, path):
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    from ddp_helpers.exercises._core import process_group
+    from ddp_helpers.exercises.kit import process_group
 
     case = {"width": 16, "depth": 3, "dtype": "float32"}
     with process_group():

@@ -12,7 +12,7 @@ from drawn_answers.ex_5_5 import ANSWERS, load_without_set_state_dict
 from ddp_helpers.exercises.lesson05 import resume, round_trip
 
 WRONG, RIGHT = ANSWERS["5.5"]
-EX = resume.q5
+EX = resume.exercise
 
 
 def _name(value):

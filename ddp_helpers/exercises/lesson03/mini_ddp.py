@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import time
 
-from ..i18n import messages
-from ._core import Exercise, Listed, Mistake, Phrase, Wrong, process_group, run_on_ranks
-from .space import CHECK_SEED, Space, on_hidden_seeds, trying
+from ...i18n import messages
+from ..kit import Exercise, Listed, Mistake, Phrase, Wrong, process_group, run_on_ranks
+from ..space import CHECK_SEED, Space, on_hidden_seeds, trying
 
 MESSAGES = messages(
-    "exercises.mini_ddp",
+    "exercises.lesson03.mini_ddp",
     {
         "hint.mini_broadcast": (
             "At construction every rank must start from rank 0's weights: dist.broadcast "
@@ -610,7 +610,7 @@ def _check_mini_ddp(cls, seed: int = CHECK_SEED) -> Phrase:
 
 def mini_ddp_timeline(cls=MiniDDP, hidden: int = 1024, layers: int = 6, bucket_mb: float = 4.0):
     """Per rank of 2: when backward ran and each bucket's all_reduce started and ended."""
-    from ..launcher import launch
+    from ...launcher import launch
 
     return list(launch(_timeline_rank, cls, hidden, layers, bucket_mb, nprocs=2, timeout=120))
 

@@ -1,24 +1,28 @@
-"""Exercise objects: check(answer), hint(), solution(), and a lesson's progress()."""
+"""An exercise as data: its mistakes (Mistake, raised by a check as Wrong), the Result of a
+check, and the Exercise itself: check(answer), grade(answer), hint(), solution()."""
 
 from __future__ import annotations
 
 import ast
-import contextlib
 import contextvars
 import inspect
-import re
 import textwrap
-import traceback
 import types
 from dataclasses import dataclass, field
 
 from .. import i18n
 from ..launcher import DistributedError
-from ..stubs import exercise_raised
 from .answer import Answer
-from .space import Space  # noqa: F401 - re-exported
-from .texts import MESSAGES, Listed, Phrase, Texts, and_list, sayer  # noqa: F401 - re-exported
-from .verdicts import CheckStatus, Hidden  # noqa: F401 - Hidden: the grader's, from here too
+from .answer_errors import (
+    AnswerRaised,
+    answer_traceback,
+    short_traceback,
+    stub_of,
+    without_course_frames,
+)
+from .space import Space
+from .texts import Listed, Phrase, Texts, and_list
+from .verdicts import CheckStatus, Hidden
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,15 @@ RANK_MISTAKES = {
     "endless": Mistake(),
     "from_course": Mistake(),
 }
+
+
+def rank_mistakes(
+    hint: str | None = None, *, hang: str | None = None, mismatch: str | None = None
+) -> dict[str, Mistake]:
+    """An exercise's "hang" and "mismatch" (what run_on_ranks raises), each with the hint that
+    helps: `hint` for both, or `hang` and `mismatch` each its own. Declared among its
+    mistakes as `**rank_mistakes(hint="save_barrier")`."""
+    return {"hang": Mistake(hint=hang or hint), "mismatch": Mistake(hint=mismatch or hint)}
 
 
 class Wrong(Exception):
@@ -112,102 +125,10 @@ class Result:
         return self.message if hint is None else f"{self.message}\n💡 {hint}"
 
 
-def _short_traceback(exc: BaseException, limit: int = 4) -> str:
-    frames = traceback.extract_tb(exc.__traceback__)
-    # Keep the learner's frames and the last ones; the checker's own are noise.
-    own = [f for f in frames if "ddp_helpers/exercises" not in f.filename]
-    shown = (own or frames)[-limit:]
-    lines = traceback.format_list(shown)
-    return "".join(lines) + "".join(traceback.format_exception_only(type(exc), exc))
-
-
-def _stub_of(exc: BaseException) -> str | None:
-    """The exercise whose build-written stub raised exc (also inside a rank), or None.
-
-    Only the stub as `build` writes it means "not attempted"; any other
-    NotImplementedError is the answer's own error.
-    """
-    if isinstance(exc, (DistributedError, AnswerRaised)):
-        return exercise_raised(exc.exc_type or "", exc.exc_message or "")
-    return exercise_raised(type(exc).__name__, str(exc))
-
-
-class AnswerRaised(Exception):
-    """The answer raised on the rank that run_answer ran it on: what it raised, as text."""
-
-    def __init__(self, exc_type: str, exc_message: str, traceback_text: str):
-        super().__init__(f"{exc_type}: {exc_message}")
-        self.exc_type, self.exc_message, self.traceback = exc_type, exc_message, traceback_text
-
-
-# A frame of a traceback as text: its first line, '  File "path", line N, in name'.
-_FRAME_LINE = re.compile(r'^  File "(?P<file>[^"]*)", line \d+')
-_CHAINED = re.compile(
-    r"\n\n(?:During handling of the above exception|The above exception)[^\n]*\n\n"
-)
-
-
-def _answer_traceback(text: str, limit: int = 4) -> str:
-    """A rank's traceback as _short_traceback shows one: the last `limit` frames that are
-    not the course's (checks, launcher), then the exception; of a chain, the last one."""
-    text = _CHAINED.split(text or "")[-1]
-    frames: list[list[str]] = []
-    tail: list[str] = []
-    for line in text.splitlines():
-        if line.startswith("Traceback (most recent call last)"):
-            continue
-        match = _FRAME_LINE.match(line)
-        if match:
-            frames.append([line])
-            tail = []
-        elif line.startswith("    ") and frames and not tail:
-            frames[-1].append(line)
-        else:
-            tail.append(line)
-    own = [f for f in frames if not _is_course_file(_FRAME_LINE.match(f[0])["file"])]
-    shown = (own or frames)[-limit:]
-    return "\n".join([*(line for frame in shown for line in frame), *tail]) + "\n"
-
-
-# What shows the course's own frames in a check's tracebacks: `%env DDP_HELPERS_TRACEBACK=full`.
-FULL_TRACEBACK = "DDP_HELPERS_TRACEBACK"
-
-
-def _without_course_frames(text: str) -> str:
-    """The ranks' tracebacks of a check's error without the frames of the course's own
-    files (the harness that called the answer, the launcher), which are noise to a learner;
-    a line at the end says how to see them. Unless DDP_HELPERS_TRACEBACK is `full`."""
-    import os
-
-    if os.environ.get(FULL_TRACEBACK) == "full":
-        return text
-    kept: list[str] = []
-    hidden = skipping = False
-    for line in text.splitlines():
-        match = _FRAME_LINE.match(line)
-        if match:
-            skipping = _is_course_file(match["file"])
-            hidden |= skipping
-        elif not line.startswith("    "):
-            skipping = False
-        if not skipping:
-            kept.append(line)
-    if hidden:
-        kept.append(MESSAGES["course_frames_hidden"].format(variable=FULL_TRACEBACK))
-    return "\n".join(kept)
-
-
-def _is_course_file(path: str) -> bool:
-    return any(part in path for part in ("ddp_helpers/exercises", "ddp_helpers/launcher"))
-
-
 # How long a check's launch waits before it names a hang (run_on_ranks, run_answer), and how
 # long the rest of an exercise's cases may run beside it: each exercise may declare its own.
 # The references' checks run in 0.1-2 s here (tests/exercises/test_checks.py holds them).
 HANG_TIMEOUT = 30.0
-# The tests' seam: a test that wants a hang named sooner sets this (seconds), and every check
-# launched meanwhile waits at most that long, whichever module runs it.
-HANG_CAP: float | None = None
 RUN_TIME = 30.0
 
 
@@ -295,10 +216,10 @@ class Exercise:
         """What the grader uses: the learner's check, then the hidden cases if it passed.
 
         The ranks these run make the course's reference a tripwire and look for its code in
-        the answer (_in_rank): an answer that is the reference, calls it or carries its code
+        the answer (in_rank): an answer that is the reference, calls it or carries its code
         is `from_course`, however it got there.
         """
-        grading = _GRADING.set(self)
+        grading = GRADING.set(self)
         try:
             result = self._run(self._checker, answer)
             if result.passed and self._hidden is not None:
@@ -309,7 +230,7 @@ class Exercise:
                     hidden.hidden = Hidden.FAILED
                     result = hidden
         finally:
-            _GRADING.reset(grading)
+            GRADING.reset(grading)
         return result
 
     def from_course(self) -> Result:
@@ -339,7 +260,7 @@ class Exercise:
     def _run(self, checker, answer) -> Result:
         answer = answer if isinstance(answer, Answer) else Answer(answer)
         result = self._checked(checker, answer)
-        if result.status in (CheckStatus.WRONG, CheckStatus.ERROR) and _GRADING.get() is None:
+        if result.status in (CheckStatus.WRONG, CheckStatus.ERROR) and GRADING.get() is None:
             return self._earlier_first(answer.obj) or result
         return result
 
@@ -370,15 +291,15 @@ class Exercise:
         except BaseException as exc:  # noqa: BLE001 - a learner's error is a result
             if isinstance(exc, KeyboardInterrupt):
                 raise
-            stub = _stub_of(exc)
+            stub = stub_of(exc)
             if stub is not None:
                 return self._result(CheckStatus.NOT_ATTEMPTED, *self._not_attempted(stub))
             if isinstance(exc, AnswerRaised):
-                text, raised = _answer_traceback(exc.traceback), exc.exc_type
+                text, raised = answer_traceback(exc.traceback), exc.exc_type
             elif isinstance(exc, DistributedError):
-                text, raised = _without_course_frames(exc.render()), exc.exc_type
+                text, raised = without_course_frames(exc.render()), exc.exc_type
             else:
-                text, raised = _short_traceback(exc), None
+                text, raised = short_traceback(exc), None
             fields = {"exception": raised or type(exc).__name__, "detail": text}
             return self._result(CheckStatus.ERROR, "error", fields)
         return self._result(CheckStatus.CORRECT, None, {"detail": detail})
@@ -438,7 +359,7 @@ class Exercise:
         lines = source.splitlines(keepends=True)
         yours, drop = [], set()
         tree = ast.parse(source)
-        bound = _notebook_namespace() if namespace is None else namespace
+        bound = notebook_namespace() if namespace is None else namespace
         helpers = [n for n in self._helpers_in(tree) if n.id not in bound]
         for node in sorted(helpers, key=lambda n: (-n.lineno, -n.col_offset)):
             line = lines[node.lineno - 1]
@@ -493,12 +414,14 @@ def _earlier_exercises(exercise_id: str) -> list[Exercise]:
     before lesson 04's)."""
     from . import LESSONS, exercises_of
 
-    def order(ex_id: str) -> tuple[int, int]:
-        lesson, number = ex_id.split(".")
-        return int(lesson), int(number)
-
     every = [ex for lesson in LESSONS for ex in exercises_of(lesson)]
-    return [ex for ex in every if order(ex.id) < order(exercise_id)]
+    return [ex for ex in every if _number(ex.id) < _number(exercise_id)]
+
+
+def _number(exercise_id: str) -> tuple[int, int]:
+    """(3, 2) for "3.2": how exercises are ordered ("3.2" before "3.10")."""
+    lesson, number = exercise_id.split(".")
+    return int(lesson), int(number)
 
 
 def _names_used(answer) -> set[str]:
@@ -529,303 +452,13 @@ def _function_of(exercise_id: str) -> Phrase:
     return Phrase("function_unknown", id=exercise_id)
 
 
-@contextlib.contextmanager
-def process_group(**kwargs):
-    """A check harness's gloo process group on this rank: created, then destroyed whatever
-    happens, unless the answer destroyed it already. No barrier is needed around it: the
-    launcher returns from init_process_group() on no rank before every rank has connected,
-    and rank 0, which serves the store, leaves last (see docs/launcher.md)."""
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", **kwargs)
-    try:
-        yield
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-
-
 # The exercise being graded (Exercise.grade), while it is: its checks' ranks guard its
-# reference (_in_rank). A context variable, so that nothing outside a grade() sees it.
-_GRADING: contextvars.ContextVar[Exercise | None] = contextvars.ContextVar("grading", default=None)
-FROM_COURSE_EXIT = 93  # how a rank ends whose answer ran the course's own reference
+# reference (tripwire.in_rank). A context variable, so that nothing outside a grade() sees it.
+GRADING: contextvars.ContextVar[Exercise | None] = contextvars.ContextVar("grading", default=None)
 
 
-def _launched(harness, answer, args, nprocs: int, nnodes: int, timeout: float):
-    """harness(answer, *args) on N CPU ranks, each value back as plain data (launch_plain:
-    the answer is the learner's code, and nothing it does runs code in this process). When
-    grading, an answer found to be the course's reference is Wrong("from_course")."""
-    from ..launcher.api import launch_plain
-
-    grading = _GRADING.get()
-    references = grading.reference_names() if grading is not None else []
-    call = (_in_rank, references, harness, answer, *args)
-    try:
-        return launch_plain(*call, nprocs=nprocs, nnodes=nnodes, timeout=timeout)
-    except DistributedError as exc:
-        if grading is not None and any(
-            f.exitcode == FROM_COURSE_EXIT for f in exc.failures.values()
-        ):
-            raise Wrong("from_course", name=grading.name) from None
-        raise
-
-
-def run_on_ranks(
-    harness, answer, *args, nprocs: int = 2, nnodes: int = 1, timeout: float = HANG_TIMEOUT
-):
-    """Run a checker's harness, harness(answer, *args), on N CPU ranks; each rank's value
-    comes back as plain data. A hang, or collectives that do not match, becomes the Wrong
-    that names it ("hang", "mismatch")."""
-    if HANG_CAP is not None:
-        timeout = min(timeout, HANG_CAP)
-    try:
-        return _launched(harness, answer, args, nprocs, nnodes, timeout)
-    except DistributedError as exc:
-        if exc.kind == "timeout":
-            raise Wrong("hang", timeout=timeout) from None
-        if exc.mismatch == "abort":
-            raise Wrong("mismatch", what=Phrase("mismatch_abort", signal=exc.signal_name)) from None
-        if exc.mismatch == "returned":
-            returned = i18n.listed(exc.returned_ranks)
-            what = Phrase("mismatch_returned", returned=returned, rank=exc.rank)
-            raise Wrong("mismatch", what=what) from None
-        raise
-
-
-def run_answer(harness, answer, *args, timeout: float = HANG_TIMEOUT):
-    """harness(answer, *args) on one rank, its value back as plain data: how a check runs
-    an answer it could call itself, so that the learner's code never runs in the process
-    that judges it. What the answer raised comes back as AnswerRaised; an answer that does
-    not return within `timeout` is Wrong("endless")."""
-    try:
-        return _launched(harness, answer, args, 1, 1, timeout)[0]
-    except DistributedError as exc:
-        if exc.kind == "timeout":
-            raise Wrong("endless", timeout=timeout) from None
-        if exc.kind == "exception":
-            raise AnswerRaised(exc.exc_type, exc.exc_message, exc.traceback) from None
-        raise
-
-
-def call(fn, *args):
-    """A harness for run_answer: what fn(*args) returns, as plain data (to_plain)."""
-    from ..launcher.plain import to_plain
-
-    return to_plain(fn(*args))
-
-
-def each_case(fn, cases) -> tuple[list, int | None]:
-    """A harness for run_answer: fn(*args) for each args of `cases` in turn, as plain data,
-    up to the first that raises; (what each returned, the index of the one that raised or
-    None). The check runs that one again alone (run_answer(call, ...)) to show what it
-    raised, after judging those before it, as it would have calling them one by one."""
-    from ..launcher.plain import to_plain
-
-    out = []
-    for args in cases:
-        try:
-            out.append(to_plain(fn(*args)))
-        except Exception:  # noqa: BLE001 - shown when the check comes to this case
-            return out, len(out)
-    return out, None
-
-
-def answers_to(fn, cases):
-    """What fn returns for each args of `cases`, in order, run on one rank (each_case); the
-    first case it raises on raises AnswerRaised here, when the iteration comes to it."""
-    cases = [tuple(args) for args in cases]
-    out, raised = run_answer(each_case, fn, cases)
-    yield from out
-    if raised is not None:
-        yield run_answer(call, fn, *cases[raised])  # raises again, as the answer does
-        yield from answers_to(fn, cases[raised + 1 :])
-
-
-def _in_rank(references, harness, answer, *args):
-    """In a check's rank: harness(answer, *args), its value made plain data (to_plain: a
-    learner's own object in it comes back as an Opaque). When grading (`references`: the
-    exercise's reference answer), with the reference a tripwire (a call to it ends the
-    rank, FROM_COURSE_EXIT, before the harness can judge) and the answer searched for the
-    reference's code (re-homed into a function of its own, `types.FunctionType(ref.__code__,
-    ...)`) first. A learner who reads this can still get past it; the checks are in the
-    package a notebook can read (docs/instructors.md)."""
-    import importlib
-    import os
-
-    from ..launcher.plain import to_plain
-
-    keys: set[tuple] = set()
-    for module, qualname in references:
-        obj = importlib.import_module(module)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-        for fn in _functions_of(obj):
-            keys |= _code_keys(fn.__code__)
-            if not fn.__code__.co_freevars:  # a closure's code cannot take the tripwire's
-                fn.__code__ = _tripwire.__code__
-    if references and _carries(answer, keys, set(), 4):
-        os._exit(FROM_COURSE_EXIT)
-    return to_plain(harness(answer, *args))
-
-
-def _tripwire(*args, **kwargs):
-    import os
-
-    os._exit(93)  # FROM_COURSE_EXIT: the reference's code is replaced by this one's
-
-
-def _functions_of(obj) -> list:
-    """The functions of a reference: itself, or a class's methods (its own and nested)."""
-    if isinstance(obj, types.FunctionType):
-        return [obj]
-    if isinstance(obj, type):
-        found = []
-        for value in vars(obj).values():
-            value = getattr(value, "__func__", value)  # staticmethod, classmethod
-            if isinstance(value, property):
-                value = value.fget
-            found += _functions_of(value) if isinstance(value, (types.FunctionType, type)) else []
-        return found
-    return []
-
-
-def _code_keys(code: types.CodeType) -> set[tuple]:
-    """Where a code object and those nested in it were written: file, line, name."""
-    keys = {(code.co_filename, code.co_firstlineno, code.co_name)}
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            keys |= _code_keys(const)
-    return keys
-
-
-def _carries(obj, keys: set, seen: set, depth: int) -> bool:
-    """Whether an answer holds code written where the reference was: in itself, or in a
-    function it reaches (the globals it names, its closure, defaults, a class's methods, a
-    partial's function), `depth` steps deep."""
-    import functools
-
-    from ..launcher.pickling import names_used
-
-    if depth < 0 or id(obj) in seen or len(seen) > 5000:
-        return False
-    seen.add(id(obj))
-    if isinstance(obj, types.CodeType):
-        return bool(_code_keys(obj) & keys)
-    parts: list = []
-    # What the notebook defined (in __main__) is searched through; what a library defined
-    # is only looked at, for code that is the reference's.
-    ours = getattr(obj, "__module__", None) == "__main__"
-    if isinstance(obj, types.FunctionType):
-        code = obj.__code__
-        parts = [code]
-        if ours:
-            parts += [*(obj.__defaults__ or ())]
-            parts += [c.cell_contents for c in obj.__closure__ or () if _filled(c)]
-            parts += [obj.__globals__[n] for n in names_used(code) if n in obj.__globals__]
-    elif isinstance(obj, (types.MethodType, staticmethod, classmethod)):
-        parts = [obj.__func__]
-    elif isinstance(obj, functools.partial):
-        parts = [obj.func, *obj.args, *obj.keywords.values()]
-    elif isinstance(obj, property):
-        parts = [obj.fget, obj.fset]
-    elif isinstance(obj, type) and ours:
-        parts = list(vars(obj).values())
-    return any(_carries(part, keys, seen, depth - 1) for part in parts)
-
-
-def _filled(cell) -> bool:
-    try:
-        cell.cell_contents  # noqa: B018 - an empty cell raises
-    except ValueError:
-        return False
-    return True
-
-
-def weights_apart(a: dict, b: dict) -> float:
-    """The largest |a - b| over two state dicts: nan if any is nan (which no tolerance
-    passes: compare with `not diff <= tol`), inf if their keys differ."""
-    import math
-
-    if a.keys() != b.keys():
-        return math.inf
-    diffs = [(a[k].double() - b[k].double()).abs().max().item() for k in a]
-    return math.nan if any(map(math.isnan, diffs)) else max(diffs, default=0.0)
-
-
-def rank_folder(folder: str, rank: int) -> str:
-    """The subfolder of rank `rank` in a check's folder: what lands there shows who wrote."""
-    import os
-
-    return os.path.join(folder, f"rank{rank}")
-
-
-@contextlib.contextmanager
-def rank_folders(ranks: int, prefix: str):
-    """A temporary folder with an empty subfolder per rank, removed afterwards (whatever the
-    ranks made there: a learner's answer can nest folders past any recursion limit)."""
-    import os
-    import tempfile
-
-    from ..files import remove_tree
-
-    folder = tempfile.mkdtemp(prefix=prefix)
-    try:
-        for rank in range(ranks):
-            os.mkdir(rank_folder(folder, rank))
-        yield folder
-    finally:
-        remove_tree(folder)
-
-
-def writers(folder: str, ranks: int) -> list[int]:
-    """The ranks whose subfolder is no longer empty."""
-    import os
-
-    return [rank for rank in range(ranks) if os.listdir(rank_folder(folder, rank))]
-
-
-def evaluate_all(exercises: list[Exercise], namespace: dict) -> list[Result]:
-    """Each exercise checked against the object of its name in a namespace (or missing)."""
-    results = []
-    for ex in exercises:
-        if ex.name in namespace:
-            results.append(ex.evaluate(namespace[ex.name]))
-        else:
-            results.append(Result(ex.id, CheckStatus.MISSING, "missing", texts=ex.texts))
-    return results
-
-
-def progress(exercises: list[Exercise], lesson: str, namespace: dict | None = None) -> None:
-    """Check every exercise of a lesson against what the notebook defines; print a table,
-    the core path's exercises apart from the optional Going further's."""
-    if namespace is None:
-        namespace = _notebook_namespace()
-    results = evaluate_all(exercises, namespace)
-    core = [(ex, r) for ex, r in zip(exercises, results, strict=True) if not ex.further]
-    further = [(ex, r) for ex, r in zip(exercises, results, strict=True) if ex.further]
-    header = "progress_core" if further else "progress_header"
-    _progress_table(MESSAGES[header].format(lesson=lesson, **_counts(core)), core)
-    if further and all(r.status is CheckStatus.MISSING for _, r in further):
-        ids = [ex.id for ex, _ in further]  # the notebook has not come to them yet
-        key = "progress_further_ahead" if len(ids) == 1 else "progress_further_ahead_many"
-        print(Texts().text(key, ids=ids[0] if len(ids) == 1 else and_list(ids)))
-    elif further:
-        _progress_table(MESSAGES["progress_further"].format(**_counts(further)), further)
-
-
-def _counts(rows) -> dict[str, int]:
-    return {"passed": sum(r.passed for _, r in rows), "total": len(rows)}
-
-
-def _progress_table(header: str, rows) -> None:
-    print(header)
-    for ex, r in rows:
-        optional = ex.further and r.status is CheckStatus.MISSING
-        status = MESSAGES["further_missing"] if optional else MESSAGES["status_names"][r.status]
-        print(f"  {ex.id}  {ex.name:<24} {status}")
-
-
-def _notebook_namespace() -> dict:
+def notebook_namespace() -> dict:
+    """The running notebook's names (IPython's), or __main__'s outside a kernel."""
     try:
         from IPython import get_ipython
 
@@ -837,3 +470,15 @@ def _notebook_namespace() -> dict:
     import __main__
 
     return vars(__main__)
+
+
+def in_order(*modules) -> list[Exercise]:
+    """A lesson's exercises, each its module's `exercise`, in the order of their numbers
+    (Exercise.id, "3.2" before "3.10"): the number is written once, in the Exercise."""
+    return sorted((module.exercise for module in modules), key=lambda ex: _number(ex.id))
+
+
+def numbered(exercises: list[Exercise]) -> dict[str, Exercise]:
+    """Each exercise by the name a notebook calls it, `q` and its number in the lesson
+    ("3.2" is `ex.q2`), taken from its id."""
+    return {f"q{ex.id.split('.')[1]}": ex for ex in exercises}

@@ -15,20 +15,21 @@ from __future__ import annotations
 import io
 import os
 
-from ..files import read_capped, remove_tree
-from ..i18n import messages
-from . import capstone_spies as spies
-from ._core import (
+from ...files import read_capped, remove_tree
+from ...i18n import messages
+from ..kit import (
     Exercise,
     Listed,
     Mistake,
     Phrase,
     Wrong,
     and_list,
+    rank_mistakes,
     run_on_ranks,
     weights_apart,
 )
-from .space import CHECK_SEED, Space, on_hidden_seeds, trying
+from ..space import CHECK_SEED, Space, on_hidden_seeds, trying
+from . import capstone_spies as spies
 
 # The script's data, model and settings, as the notebook's cell defines them. 96 items
 # divide evenly among 2, 3 and 4 ranks (no sampler padding); each rank takes
@@ -71,7 +72,7 @@ SPACE = Space(
 )
 
 MESSAGES = messages(
-    "exercises.capstone",
+    "exercises.lesson04.capstone",
     {
         "hint.recipe": (
             "Keep the script and add the recipe around it: `device = setup()` first, the "
@@ -324,9 +325,9 @@ def train_ddp(epochs, path):
     from torch.utils.data import DataLoader
     from torch.utils.data.distributed import DistributedSampler
 
-    from .lesson02.cleanup import cleanup
-    from .lesson02.setup import setup
-    from .lesson03.wrap import wrap
+    from ..lesson02.cleanup import cleanup
+    from ..lesson02.setup import setup
+    from ..lesson03.wrap import wrap
 
     device = setup()
     model = wrap(make_model(), device)
@@ -766,8 +767,7 @@ exercise = Exercise(
         "loss_summed": Mistake(hint="scale"),
         "weights_nan": Mistake(hint="scale"),
         # The usual hang: a collective inside `if rank == 0:`.
-        "hang": Mistake(hint="save"),
-        "mismatch": Mistake(hint="save"),
+        **rank_mistakes(hint="save"),
     },
     minutes=16,
     hidden=on_hidden_seeds(_check_train_ddp),
