@@ -303,7 +303,7 @@ def _add_confinement(box) -> None:
 
 
 def _grade(args, parser) -> int:
-    from .grading import GradeOptions, GradingError, TimeBudget, run_batch
+    from .grading import ConfinementRequest, GradeOptions, GradingError, TimeBudget, run_batch
     from .grading.confinement.sandbox import SandboxError
 
     if args.jobs < 1:
@@ -322,13 +322,15 @@ def _grade(args, parser) -> int:
         hidden_visibility=args.hidden_visibility,
         student_from=args.student_from,
         report=args.report,
-        sandbox=args.sandbox,
-        memory=args.memory,
-        tasks=args.tasks,
-        threads=args.threads,
-        pass_env=tuple(args.pass_env),
-        limits=args.limits,
-        disk=args.disk,
+        request=ConfinementRequest(
+            sandbox=args.sandbox,
+            memory=args.memory,
+            tasks=args.tasks,
+            threads=args.threads,
+            pass_env=tuple(args.pass_env),
+            limits=args.limits,
+            disk=args.disk,
+        ),
     )
     try:
         run_batch(args.paths, options)

@@ -171,26 +171,33 @@ class Confinement:
         return cls(**dict(data, pass_env=tuple(data.get("pass_env", ()))))
 
 
-def choose(
-    sandbox: bool | None,
-    memory: int | None,
-    tasks: int | None,
-    threads: int = 1,
-    pass_env: Iterable[str] = (),
-    limits: str | None = None,
-    disk: int | None = None,
-) -> Confinement:
+@dataclass(frozen=True)
+class ConfinementRequest:
+    """What a grading run asks of its confinement (the grade command's options), before
+    choose() checks it here and makes it a Confinement."""
+
+    sandbox: bool | None = None  # None: where bubblewrap can run; True: it or an error; False: none
+    memory: int | None = None  # bytes, per submission
+    tasks: int | None = None  # processes and threads, per submission; None: DEFAULT_TASKS
+    threads: int = 1  # CPU threads per process
+    pass_env: tuple[str, ...] = ()  # the grader's variables a submission keeps
+    limits: str | None = None  # how its limits are held (LIMITS); None: what works here
+    disk: int | None = None  # bytes a submission may write; None: DEFAULT_DISK
+
+
+def choose(request: ConfinementRequest) -> Confinement:
     """The confinement asked for, checked now: a SandboxError or ValueError before anything
     is graded. sandbox=None: the sandbox where it can run here (else fallback_note() says
     why not); True: the sandbox or a SandboxError; False: no sandbox. `limits` forces how
     the limits are held (LIMITS; default: the first of them that works here)."""
+    sandbox, tasks, limits = request.sandbox, request.tasks, request.limits
     if limits is not None and limits not in LIMITS:
         raise ValueError(
             INSTRUCTOR_TEXT["bad_limits"].format(value=limits, known=", ".join(LIMITS))
         )
     if tasks is not None and tasks < 16:
         raise ValueError(INSTRUCTOR_TEXT["bad_tasks"].format(value=tasks))
-    pass_env = tuple(dict.fromkeys(pass_env))
+    pass_env = tuple(dict.fromkeys(request.pass_env))
     check_passed(pass_env, os.environ)
     problem = bwrap_problem() if sandbox is not False else None
     if sandbox and problem is not None:
@@ -198,8 +205,15 @@ def choose(
         raise SandboxError(INSTRUCTOR_TEXT[kind].format(error=error))
     mechanism = limits or first_usable()
     boxed = sandbox is not False and problem is None
-    tasks = tasks or DEFAULT_TASKS
-    return Confinement(boxed, memory, tasks, threads, mechanism, pass_env, disk or DEFAULT_DISK)
+    return Confinement(
+        boxed,
+        request.memory,
+        tasks or DEFAULT_TASKS,
+        request.threads,
+        mechanism,
+        pass_env,
+        request.disk or DEFAULT_DISK,
+    )
 
 
 @functools.cache
