@@ -226,15 +226,15 @@ def _extra_notebooks(names: set[str], solutions: Path, lessons: Path, editions) 
 
 
 def build_lessons(
-    solutions: Path = ROOT / "solutions",
-    lessons: Path = ROOT / "lessons",
+    solutions: Path,
+    lessons: Path,
     check: bool = False,
     listed: set[str] | None = None,
     *,
     pyproject: Path | None = None,
     readme: Path | None = None,
 ) -> list[str]:
-    """Write lessons/ from solutions/, or with check=True list what is out of date.
+    """Write `lessons` from `solutions`, or with check=True list what is out of date.
 
     `listed`: the notebook names the course's lessons must have; by default, for the
     project's own solutions/, those of the LESSONS registry. `pyproject`: where the
@@ -244,7 +244,7 @@ def build_lessons(
     from ..nbformat_quick import nbformat as _nbformat
 
     nbformat = _nbformat()
-    own = Path(lessons) == ROOT / "lessons"
+    own = Path(lessons).resolve() == ROOT / "lessons"  # as --lessons may name it
     pyproject = pyproject or (ROOT / "pyproject.toml" if own else None)
     readme = readme or (ROOT / "README.md" if own else None)
     try:
@@ -253,7 +253,7 @@ def build_lessons(
         raise BuildError(str(exc)) from None
     torch = links.torch_range(pyproject or ROOT / "pyproject.toml")
 
-    if listed is None and Path(solutions) == ROOT / "solutions":
+    if listed is None and Path(solutions).resolve() == ROOT / "solutions":
         from ..exercises import LESSONS, notebook_name
 
         listed = {notebook_name(lesson) for lesson in LESSONS}
@@ -361,7 +361,7 @@ def _build_readme(readme: Path, repository, names: list[str], check: bool) -> li
 
 
 def execute_solutions(
-    solutions: Path = ROOT / "solutions",
+    solutions: Path,
     timeout: int = 300,
     only: list[str] | None = None,
     languages: list[str] | None = None,
