@@ -21,12 +21,13 @@ from ...i18n import messages
 from ..budget import TICKS, TimeBudget
 from ..confinement.sandbox import Confinement, ConfinementRequest
 from ..defaults import DEFAULT_OUT, DEFAULT_VISIBILITY
-from ..outputs.reports import Progress, feedback_names, in_order, summary
+from ..outputs.reports import columns_for, feedback_names, in_order, summary
 from ..outputs.writers import ClassReport, FeedbackFiles, GradescopeResults, GradesCsv, Output
 from ..results import Event, Row, Status, Submission
 from . import dispatch
 from .overwrites import refuse_overwrites
-from .submissions import columns_for, find_submissions
+from .progress import Progress
+from .submissions import find_submissions
 
 # What the learner's feedback says about a second try: in the submission's language.
 RETRY_MESSAGES = messages(
