@@ -5,16 +5,25 @@ from __future__ import annotations
 import ast
 import contextlib
 import contextvars
+import functools
+import importlib
 import inspect
+import math
 import re
+import sys
 import textwrap
 import traceback
 import types
 from dataclasses import dataclass, field
 
 from .. import i18n
+from ..files import remove_tree
 from ..launcher import DistributedError
+from ..launcher.api import launch_plain
+from ..launcher.plain import to_plain
+from ..launcher.plan import STOP
 from ..stubs import exercise_raised
+from . import LESSONS, exercises_of, lesson_of_exercise, module_name
 from .answer import Answer
 from .space import Space  # noqa: F401 - re-exported
 from .texts import MESSAGES, Listed, Phrase, Texts, and_list, sayer  # noqa: F401 - re-exported
@@ -264,8 +273,6 @@ class Exercise:
     def worst(self) -> float:
         """Seconds its check, hidden cases included, may take on an answer that hangs in
         its last case, until the hang is named: what the grader gives it (TimeBudget)."""
-        from ..launcher.plan import STOP
-
         return self.run_time + self.hang_timeout + STOP.after_timeout
 
     def _check_texts(self) -> None:
@@ -398,7 +405,6 @@ class Exercise:
         """The key and fields that say which stub is still there."""
         if stub == self.id:
             return "not_attempted", {}
-        from . import lesson_of_exercise
 
         lesson = lesson_of_exercise(stub)
         if lesson == lesson_of_exercise(self.id):
@@ -458,11 +464,6 @@ class Exercise:
     def _helpers_in(self, tree: ast.AST) -> list[ast.Name]:
         """The names a reference reads from its own module that the lesson hands the
         notebook as `ex.NAME` (3.6's buckets_for)."""
-        import importlib
-        import sys
-
-        from . import lesson_of_exercise, module_name
-
         lesson = importlib.import_module(module_name(lesson_of_exercise(self.id)))
         home = sys.modules[self._solution.__module__]
         own = {
@@ -491,7 +492,6 @@ class Exercise:
 def _earlier_exercises(exercise_id: str) -> list[Exercise]:
     """The course's exercises before this one, in order (2.1 before 2.2, lesson 02's
     before lesson 04's)."""
-    from . import LESSONS, exercises_of
 
     def order(ex_id: str) -> tuple[int, int]:
         lesson, number = ex_id.split(".")
@@ -519,8 +519,6 @@ def _names_used(answer) -> set[str]:
 
 def _function_of(exercise_id: str) -> Phrase:
     """`setup()` for "2.2": the function an exercise asks for, or the exercise's number."""
-    from . import LESSONS, exercises_of, lesson_of_exercise
-
     lesson = lesson_of_exercise(exercise_id)
     if lesson in LESSONS:
         for ex in exercises_of(lesson):
@@ -555,8 +553,6 @@ def _launched(harness, answer, args, nprocs: int, nnodes: int, timeout: float):
     """harness(answer, *args) on N CPU ranks, each value back as plain data (launch_plain:
     the answer is the learner's code, and nothing it does runs code in this process). When
     grading, an answer found to be the course's reference is Wrong("from_course")."""
-    from ..launcher.api import launch_plain
-
     grading = _GRADING.get()
     references = grading.reference_names() if grading is not None else []
     call = (_in_rank, references, harness, answer, *args)
@@ -609,8 +605,6 @@ def run_answer(harness, answer, *args, timeout: float = HANG_TIMEOUT):
 
 def call(fn, *args):
     """A harness for run_answer: what fn(*args) returns, as plain data (to_plain)."""
-    from ..launcher.plain import to_plain
-
     return to_plain(fn(*args))
 
 
@@ -619,8 +613,6 @@ def each_case(fn, cases) -> tuple[list, int | None]:
     up to the first that raises; (what each returned, the index of the one that raised or
     None). The check runs that one again alone (run_answer(call, ...)) to show what it
     raised, after judging those before it, as it would have calling them one by one."""
-    from ..launcher.plain import to_plain
-
     out = []
     for args in cases:
         try:
@@ -649,10 +641,7 @@ def _in_rank(references, harness, answer, *args):
     reference's code (re-homed into a function of its own, `types.FunctionType(ref.__code__,
     ...)`) first. A learner who reads this can still get past it; the checks are in the
     package a notebook can read (docs/instructors.md)."""
-    import importlib
     import os
-
-    from ..launcher.plain import to_plain
 
     keys: set[tuple] = set()
     for module, qualname in references:
@@ -702,8 +691,6 @@ def _carries(obj, keys: set, seen: set, depth: int) -> bool:
     """Whether an answer holds code written where the reference was: in itself, or in a
     function it reaches (the globals it names, its closure, defaults, a class's methods, a
     partial's function), `depth` steps deep."""
-    import functools
-
     from ..launcher.pickling import names_used
 
     if depth < 0 or id(obj) in seen or len(seen) > 5000:
@@ -744,8 +731,6 @@ def _filled(cell) -> bool:
 def weights_apart(a: dict, b: dict) -> float:
     """The largest |a - b| over two state dicts: nan if any is nan (which no tolerance
     passes: compare with `not diff <= tol`), inf if their keys differ."""
-    import math
-
     if a.keys() != b.keys():
         return math.inf
     diffs = [(a[k].double() - b[k].double()).abs().max().item() for k in a]
@@ -765,8 +750,6 @@ def rank_folders(ranks: int, prefix: str):
     ranks made there: a learner's answer can nest folders past any recursion limit)."""
     import os
     import tempfile
-
-    from ..files import remove_tree
 
     folder = tempfile.mkdtemp(prefix=prefix)
     try:

@@ -14,6 +14,8 @@ import dataclasses
 import signal
 import sys
 
+from ..procs import become_subreaper, kill_descendants
+from .confinement.sandbox import SandboxError, choose, fallback_note
 from .orchestration.batch import GradeOptions, grade
 from .results import Row
 
@@ -39,9 +41,6 @@ def run_batch(paths, options: GradeOptions, *, notes=None) -> list[Row]:
     GradingError for paths with nothing to grade, OSError for outputs that cannot be
     written, and KeyboardInterrupt when stopped (Ctrl-C, SIGTERM, SIGHUP), each with no
     process left."""
-    from ..procs import become_subreaper, kill_descendants
-    from .confinement.sandbox import SandboxError, choose, fallback_note
-
     confinement = options.confinement
     if confinement is None:
         try:

@@ -24,6 +24,7 @@ import functools
 import os
 import re
 import shutil
+import site
 import subprocess
 import sys
 import time
@@ -35,6 +36,7 @@ from pathlib import Path
 from ...entry_points import CONFINE
 from ...i18n import messages
 from ...paths import PACKAGE  # ddp_helpers/, the course's own code
+from ...procs import kill_descendants, with_this_package
 from ..defaults import DEFAULT_DISK, DEFAULT_TASKS
 from ..folders import WorkFolders
 from .limits import MECHANISMS, SEEN, Limits, first_usable
@@ -306,8 +308,6 @@ def submission_environment(
 ) -> dict[str, str]:
     """The environment of a submission's processes: the allow-listed part of `environ`, the
     names conf.pass_env gives, and what is set for every submission."""
-    from ...procs import with_this_package
-
     env = {
         name: value
         for name, value in environ.items()
@@ -325,8 +325,6 @@ def submission_environment(
 
 def _user_base() -> str | None:
     """The base of the grader's user site (`pip install --user`), where its Python uses one."""
-    import site
-
     if site.ENABLE_USER_SITE and os.path.isdir(site.getusersitepackages()):
         return site.getuserbase()
     return None
@@ -415,8 +413,6 @@ class Cage:
         if self.watched_hit is None:
             self.watched_hit = self._count_tasks() or self._measure_disk()
             if self.watched_hit is not None:
-                from ...procs import kill_descendants
-
                 kill_descendants()
         return self.watched_hit is not None
 
@@ -534,8 +530,6 @@ def _python_paths() -> list[str]:
     Not the folder the package sits in: the course's other files, and submissions an
     instructor keeps beside it, stay out of the sandbox.
     """
-    import site
-
     paths = {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, sys.exec_prefix)}
     paths.update(os.path.realpath(p) for p in site.getsitepackages() if os.path.isdir(p))
     if _user_base() is not None:
