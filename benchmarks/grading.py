@@ -41,10 +41,11 @@ def main() -> int:
 
     from ddp_helpers import grading
     from ddp_helpers.grading.budget import TimeBudget
-    from ddp_helpers.grading.confinement.sandbox import choose
+    from ddp_helpers.grading.confinement.sandbox import ConfinementRequest, choose
     from ddp_helpers.grading.orchestration.dispatch import grade_one
 
-    plain, boxed = choose(False, None, None), choose(True, None, None)  # --no-sandbox, --sandbox
+    # --no-sandbox, --sandbox
+    plain, boxed = (choose(ConfinementRequest(sandbox=s)) for s in (False, True))
     solutions = sorted((ROOT / "solutions").glob("0*.ipynb"))
     print(f"medians of {args.repeats} runs, one submission at a time")
     print(

@@ -92,9 +92,10 @@ def main() -> int:
     args = parser.parse_args()
 
     from ddp_helpers import grading
-    from ddp_helpers.grading.confinement.sandbox import choose
+    from ddp_helpers.grading.confinement.sandbox import ConfinementRequest, choose
 
-    plain = choose(False, None, None)  # --no-sandbox: the sandbox's cost is another benchmark
+    # --no-sandbox: the sandbox's cost is another benchmark
+    plain = choose(ConfinementRequest(sandbox=False))
     print(f"medians of {args.repeats} runs; 'warmed': expect_ddp() called first")
     print(f"{'':<44} {'wall':>7} {'warmed':>7} {'CPU':>7} {'warmed':>7} {'CPU saved':>10}")
     with tempfile.TemporaryDirectory() as tmp:

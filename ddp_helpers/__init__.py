@@ -1,5 +1,7 @@
 """DDP Basics helpers: launch code on N ranks from a notebook, check exercises, grade."""
 
+import os
+
 from .lazy import lazy_getattr
 
 # Loaded when first used, so that importing a part of the package (the grader's data
@@ -33,7 +35,6 @@ __all__ = [
 
 def load_ipython_extension(ipython):
     """`%load_ext ddp_helpers`: registers `%%ddp` and starts the launcher (every lesson)."""
-    import os
     import threading
 
     from .magic import register

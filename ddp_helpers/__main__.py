@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 from .authoring.translations import EDITIONS
 from .exercises import LESSONS
+from .paths import ROOT
 
 
 def _positive(text: str) -> float:
@@ -103,6 +105,14 @@ def _fill_build(build) -> None:
         choices=["en", *EDITIONS],
         help="with --execute: run only this edition's notebooks (repeatable; default: all)",
     )
+    for root, what in (("solutions", "the solutions it reads"), ("lessons", "where it writes")):
+        build.add_argument(
+            f"--{root}",
+            metavar="DIR",
+            type=Path,
+            default=ROOT / root,
+            help=f"{what} (default: the repository's {root}/)",
+        )
 
 
 def _build(args, parser) -> int:
@@ -116,9 +126,9 @@ def _build(args, parser) -> int:
             )
         if args.execute:
             if args.lang != ["en"]:  # the translated solutions take the English code first
-                build_lessons()
-            execute_solutions(only=args.only, languages=args.lang)
-        problems = build_lessons(check=args.check)
+                build_lessons(args.solutions, args.lessons)
+            execute_solutions(args.solutions, only=args.only, languages=args.lang)
+        problems = build_lessons(args.solutions, args.lessons, check=args.check)
     except BuildError as exc:
         return _error(exc)
     for problem in problems:
@@ -303,7 +313,7 @@ def _add_confinement(box) -> None:
 
 
 def _grade(args, parser) -> int:
-    from .grading import GradeOptions, GradingError, TimeBudget, run_batch
+    from .grading import ConfinementRequest, GradeOptions, GradingError, TimeBudget, run_batch
     from .grading.confinement.sandbox import SandboxError
 
     if args.jobs < 1:
@@ -322,13 +332,15 @@ def _grade(args, parser) -> int:
         hidden_visibility=args.hidden_visibility,
         student_from=args.student_from,
         report=args.report,
-        sandbox=args.sandbox,
-        memory=args.memory,
-        tasks=args.tasks,
-        threads=args.threads,
-        pass_env=tuple(args.pass_env),
-        limits=args.limits,
-        disk=args.disk,
+        request=ConfinementRequest(
+            sandbox=args.sandbox,
+            memory=args.memory,
+            tasks=args.tasks,
+            threads=args.threads,
+            pass_env=tuple(args.pass_env),
+            limits=args.limits,
+            disk=args.disk,
+        ),
     )
     try:
         run_batch(args.paths, options)

@@ -19,6 +19,7 @@ import json
 import os
 import re
 import string
+import unicodedata
 from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from functools import cache
@@ -185,8 +186,6 @@ def padded(text, width: int) -> str:
     """`text` with spaces after it to fill `width` columns as a terminal or a notebook shows
     them: a wide character (Japanese) takes two, so a column of translated labels still lines
     up. Never cut: a longer text comes back as it is (as f"{text:{width}s}" does)."""
-    import unicodedata
-
     text = str(text)
     used = sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
     return text + " " * (width - used)

@@ -9,6 +9,7 @@ import sys
 import time
 
 from .i18n import messages
+from .paths import ROOT
 
 # How long a process killed with SIGKILL may take to be reaped, and a pipe an orphan of it
 # holds to let go: the kernel's work, not the process's, so a few seconds are plenty.
@@ -269,8 +270,6 @@ def describe_exit(code: int) -> str:
 
 def with_this_package(env: dict) -> dict:
     """env with this copy of ddp_helpers first on PYTHONPATH, for the processes it starts."""
-    from .paths import ROOT
-
     here = str(ROOT)  # the folder that holds this copy of ddp_helpers
     rest = [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []
     return dict(env, PYTHONPATH=os.pathsep.join([here, *rest]))

@@ -13,6 +13,10 @@ class (lesson 04's `torch.load` text: exercises/lesson04/load.py, LOAD_DEVICE_TE
 
 from __future__ import annotations
 
+import functools
+import importlib
+import importlib.util
+import inspect
 import os
 import re
 from collections.abc import Iterable
@@ -20,6 +24,7 @@ from dataclasses import dataclass
 
 from . import i18n
 from .i18n import Messages, messages
+from .versions import torch_release
 
 # torch releases the launcher is tested with: the lock's, and those `make compat` installs
 # (docs/development.md, "torch versions"). Another release works, with a warning (peer_text).
@@ -60,8 +65,6 @@ MESSAGES = messages(
 
 
 def torch_version() -> str:
-    from .versions import torch_release
-
     return torch_release()
 
 
@@ -148,9 +151,6 @@ class RendezvousStore(Touchpoint):
     LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0", ""})
 
     def check(self) -> Reason | None:
-        import importlib
-        import inspect
-
         from torch.distributed import TCPStore
 
         rendezvous = importlib.import_module("torch.distributed.rendezvous")
@@ -169,8 +169,6 @@ class RendezvousStore(Touchpoint):
 
         Rank 0 serves the store on that socket; a MASTER_ADDR that is not loopback (a real
         multi-node run) is left alone."""
-        import importlib
-
         from torch.distributed import TCPStore
 
         # (`import torch.distributed.rendezvous as m` gives the function of that name.)
@@ -214,8 +212,6 @@ class DynamoPreload(Touchpoint):
     modules = ("torch._dynamo", "torch.nn.parallel.distributed")
 
     def check(self) -> Reason | None:
-        import importlib.util
-
         return Reason.of("missing") if importlib.util.find_spec("torch._dynamo") is None else None
 
 
@@ -264,8 +260,6 @@ class KeepGroups(Touchpoint):
         return None
 
     def apply(self, rank: RankSetup) -> None:
-        import functools
-
         import torch.distributed as dist
         from torch.distributed import distributed_c10d as c10d
 
@@ -330,8 +324,6 @@ class PeerText(Touchpoint):
     C10D_FRAME = "distributed_c10d"  # in the stack of a rank that aborted inside a collective
 
     def check(self) -> Reason | None:
-        import inspect
-
         import torch.distributed as dist
 
         where = inspect.getsourcefile(inspect.unwrap(dist.all_reduce)) or ""

@@ -3,6 +3,8 @@ is 2.13.0), in one place."""
 
 from __future__ import annotations
 
+import re
+
 
 def release(version: str) -> str:
     """`2.13.0+cpu` -> `2.13.0`: the release, whatever build of it is installed."""
@@ -30,8 +32,6 @@ def requirement_lines(text: str) -> list[str]:
 def locked(text: str) -> dict[str, str]:
     """A lock file's `name==version` pins: canonical name -> version, as written (a local
     label kept). A line that is not such a pin is a ValueError naming it."""
-    import re
-
     pins = {}
     for line in requirement_lines(text):
         match = re.fullmatch(r"([A-Za-z0-9_.\-]+)\s*==\s*([^\s;]+)(\s*;.*)?", line)

@@ -5,6 +5,7 @@ loaded)."""
 from __future__ import annotations
 
 import ast
+import fnmatch
 import subprocess
 import sys
 from pathlib import Path
@@ -127,13 +128,17 @@ def _loaded(code: str) -> list[str]:
     return result.stdout.split()
 
 
-@pytest.mark.parametrize("command", [["build", "--check"], ["build", "--help"], ["--help"]])
-def test_the_build_command_loads_nothing_of_the_grader_or_the_launcher(command):
-    run = (
+def _loaded_by(command: list[str]) -> list[str]:
+    """The package's modules `python -m ddp_helpers COMMAND...` loads."""
+    return _loaded(
         "from ddp_helpers.__main__ import main\n"
         f"try:\n    main({command!r})\nexcept SystemExit:\n    pass"
     )
-    loaded = _loaded(run)
+
+
+@pytest.mark.parametrize("command", [["build", "--check"], ["build", "--help"], ["--help"]])
+def test_the_build_command_loads_nothing_of_the_grader_or_the_launcher(command):
+    loaded = _loaded_by(command)
     assert "ddp_helpers.__main__" in loaded
     heavy = [m for m in loaded if m.startswith(("ddp_helpers.grading", "ddp_helpers.launcher"))]
     assert not heavy, heavy
@@ -256,3 +261,161 @@ def test_no_part_of_the_package_imports_a_layer_above_its_own():
         if layer[b.rpartition(".")[2]] > layer[a.rpartition(".")[2]]
     ]
     assert not upward, upward
+
+
+# ---------------------------------------------------------------- imports inside functions
+
+# Every import the package makes inside a function, as (the modules it is in: a glob, what it
+# imports: a module and its submodules), with why it is not at the top of its module. Any
+# other import goes at the top; a new one here needs its reason, and each reason that can be
+# is held by a test of this file.
+FUNCTION_IMPORTS = {
+    # `import ddp_helpers` is every command's first step, and the grader's data types'.
+    ("ddp_helpers", "ddp_helpers.magic"): "IPython and the launcher: at %load_ext only",
+    ("ddp_helpers", "ddp_helpers.exercises"): "the lessons' checks: at %load_ext only",
+    ("ddp_helpers", "ddp_helpers.launcher"): "the helper process warms up at %load_ext only",
+    ("ddp_helpers.exercises", "ddp_helpers.launcher"): "LESSONS (build, grade) without it",
+    # Each command loads its own modules, and --help none of them.
+    ("ddp_helpers.__main__", "ddp_helpers.authoring"): "build, export, pace: each its own",
+    ("ddp_helpers.__main__", "ddp_helpers.grading"): "build nothing of the grader; grade --help "
+    "only its defaults",
+    # torch (1-2 s) loads in the zygote, the ranks and the checks' processes.
+    ("ddp_helpers.exercises.*", "torch"): "`import ... as ex` and the scorer without torch; a "
+    "reference's imports are its notebook's",
+    ("ddp_helpers.demos.*", "torch"): "a demo's module imports without torch: its ranks use it",
+    ("ddp_helpers.launcher.*", "torch"): "the kernel's side of the launcher runs without torch",
+    ("ddp_helpers.torch_compat", "torch"): "checked and applied in the zygote and the ranks",
+    (
+        "ddp_helpers.versions",
+        "torch",
+    ): "torch_release: asked where torch runs anyway (zygote, setup)",
+    ("ddp_helpers.grading.gradescope.image", "torch"): "setup names a missing torch itself",
+    # A reference is its notebook's code (tests/exercises/test_answers.py), its imports too.
+    ("ddp_helpers.exercises.lesson03.accumulate", "contextlib"): "3.4's reference imports it",
+    (
+        "ddp_helpers.exercises.lesson04.capstone",
+        "ddp_helpers.exercises.lesson02",
+    ): "4.1's reference: the notebook's setup and cleanup",
+    (
+        "ddp_helpers.exercises.lesson04.capstone",
+        "ddp_helpers.exercises.lesson03",
+    ): "4.1's reference: the notebook's wrap",
+    # The package's tables (LESSONS, exercises_of) import the lessons, which import model.
+    ("ddp_helpers.exercises.model", "ddp_helpers.exercises"): "the lessons' tables: the "
+    "package imports model first",
+    ("ddp_helpers.exercises.model", "__main__"): "the kernel's namespace is __main__ when "
+    "called: IPython puts the user's there",
+    ("ddp_helpers.exercises.tripwire", "os"): "_tripwire's code runs as a reference's, with "
+    "its module's globals",
+    ("ddp_helpers.exercises.model", "IPython"): "only in a kernel: the scorer and the ranks "
+    "have none",
+    # cloudpickle loads at the first launch, not at `import ddp_helpers.launcher` (%load_ext).
+    ("ddp_helpers.exercises.tripwire", "ddp_helpers.launcher.pickling"): "cloudpickle: grading's "
+    "tripwire only",
+    ("ddp_helpers.magic", "ddp_helpers.launcher.pickling"): "cloudpickle: a %%ddp cell run",
+    ("ddp_helpers.launcher.api", "ddp_helpers.launcher.pickling"): "cloudpickle: a launch",
+    ("ddp_helpers.launcher.plain", "ddp_helpers.launcher.pickling"): "cloudpickle: a plain "
+    "value read",
+    ("ddp_helpers.launcher.zygote", "ddp_helpers.launcher.rank"): "a rank's code (and "
+    "cloudpickle) in the forked rank only",
+    ("ddp_helpers.launcher.rank", "multiprocessing"): "only a rank that spawn(daemon=True) made",
+    # The demos import in milliseconds: what they draw and measure with loads when they do.
+    ("ddp_helpers.demos.*", "matplotlib"): "matplotlib (0.3 s): when a picture is drawn",
+    ("ddp_helpers.demos.pictures", "matplotlib_fontja"): "a Japanese font: when one is drawn",
+    ("ddp_helpers.demos.pictures", "matplotlib_inline"): "retina pictures: in a kernel only",
+    ("ddp_helpers.demos.pictures", "IPython"): "retina pictures: in a kernel only",
+    ("ddp_helpers.demos.communication", "numpy"): "the ring model's fit only",
+    ("ddp_helpers.demos.*", "ddp_helpers.launcher"): "the launcher: when a measurement runs",
+    ("ddp_helpers.demos.*", "ddp_helpers.exercises.lesson05.common"): "lesson 05's model "
+    "(and the checks' launcher with it): when measured",
+    # The grader's processes each load what they use.
+    ("ddp_helpers.procs", "psutil"): "psutil (25 ms): where processes are listed, not in "
+    "every process that imports procs (zygote, ranks)",
+    ("ddp_helpers.grading.*", "psutil"): "psutil (25 ms): where processes are listed",
+    ("ddp_helpers.procs", "resource"): "Unix only: nproc_limit is None without it",
+    ("ddp_helpers.grading.worker.kernel", "jupyter_client"): "the worker's kernel only: the "
+    "scorer imports kernel.py without it",
+    ("ddp_helpers.grading.worker.kernel", "zmq"): "the worker's kernel only, as jupyter_client",
+    ("ddp_helpers.grading.outputs.class_report", "matplotlib"): "matplotlib (0.3 s): --report",
+    ("ddp_helpers.grading.gradescope.run", "ddp_helpers.grading"): "setup (same __main__) "
+    "checks the image's packages before any of the grader loads",
+    ("ddp_helpers.grading.gradescope.generate", "packaging"): "a dev dependency: `autograder` "
+    "from a checkout only",
+    # The standard library's heavier modules, where the importing module has them not already.
+    ("ddp_helpers", "threading"): "the warm-up thread: at %load_ext only",
+    ("ddp_helpers.authoring.pace", "ddp_helpers.authoring"): "pace --write only: build and "
+    "translations (hashlib, tomllib)",
+    ("ddp_helpers.authoring.*", "argparse"): "main(), run alone: `build` imports these modules",
+    ("ddp_helpers.*", "unittest"): "unittest.mock (55 ms: asyncio, ssl): a harness's patches, "
+    "in a rank",
+    ("ddp_helpers.*", "statistics"): "statistics (5 ms): a measurement's median only",
+    ("ddp_helpers.*", "tempfile"): "tempfile (6 ms: shutil, bz2, lzma): a check's folders, in "
+    "a rank",
+    ("ddp_helpers.*", "datetime"): "a gloo group's timeout, in a rank (where torch has it)",
+    ("ddp_helpers.procs", "ctypes"): "prctl: the zygote's load_libc only",
+    ("ddp_helpers.procs", "subprocess"): "subprocess (5 ms): stop_tree's callers have it",
+    ("ddp_helpers.grading.gradescope.*", "importlib.metadata"): "importlib.metadata (30 ms): "
+    "setup's and the zip's versions",
+    ("ddp_helpers.grading.gradescope.generate", "tomllib"): "tomllib (11 ms): the pins of a "
+    "checkout without a lock",
+    ("ddp_helpers.grading.gradescope.generate", "ddp_helpers.torch_compat"): "KNOWN_GOOD: "
+    "when torch is not the lock's",
+    # nbformat loads through nbformat_quick, without its 1.7 s IRI grammar.
+    ("ddp_helpers.nbformat_quick", "nbformat"): "the module that imports it quickly",
+    ("ddp_helpers.grading.notebooks", "nbformat"): "read_notebook's nbformat_quick loaded it",
+    ("ddp_helpers.authoring.build", "nbclient"): "build --execute only",
+    ("ddp_helpers.authoring.same_code", "IPython"): "IPython (0.3 s): a cell with a magic only",
+    ("ddp_helpers.authoring.website", "pygments"): "make site's lexer: Sphinx asks for it",
+    ("ddp_helpers.authoring.website", "ipython_pygments_lexers"): "make site's lexer, as pygments",
+}
+
+
+def _imported(node: ast.Import | ast.ImportFrom, module: str, is_package: bool) -> list[str]:
+    """What one import statement imports: the package's own modules (_targets), or the
+    other modules it names."""
+    if isinstance(node, ast.ImportFrom) and (node.level or node.module.startswith("ddp_")):
+        return _targets(node, module, is_package)
+    names = [node.module] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+    return [name for name in names if not name.startswith("ddp_helpers")]
+
+
+def _function_imports() -> set[tuple[str, str]]:
+    """(module, what it imports) for every import inside a function or method."""
+    found = set()
+    for module, (path, is_package) in MODULES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for function in ast.walk(tree):
+            if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                found |= {
+                    (module, target)
+                    for node in ast.walk(function)
+                    if isinstance(node, (ast.Import, ast.ImportFrom))
+                    for target in _imported(node, module, is_package)
+                }
+    return found
+
+
+def _listed(module: str, target: str) -> list[tuple[str, str]]:
+    return [
+        (where, what)
+        for where, what in FUNCTION_IMPORTS
+        if fnmatch.fnmatchcase(module, where) and (target == what or target.startswith(what + "."))
+    ]
+
+
+def test_every_import_inside_a_function_is_listed_with_its_reason():
+    found = _function_imports()
+    assert ("ddp_helpers", "ddp_helpers.magic") in found  # the walk sees them
+    unlisted = sorted(f"{m} imports {t}" for m, t in found if not _listed(m, t))
+    assert not unlisted, "import these at the top of their modules, or list them (why): " + (
+        ", ".join(unlisted)
+    )
+    used = {entry for m, t in found for entry in _listed(m, t)}
+    assert set(FUNCTION_IMPORTS) <= used, set(FUNCTION_IMPORTS) - used  # none listed in vain
+    assert all("\n" not in why and len(why) <= 100 for why in FUNCTION_IMPORTS.values())
+
+
+def test_grade_help_loads_of_the_grader_only_its_defaults():
+    loaded = _loaded_by(["grade", "--help"])
+    grader = [m for m in loaded if m.startswith(("ddp_helpers.grading", "ddp_helpers.launcher"))]
+    assert grader == ["ddp_helpers.grading", "ddp_helpers.grading.defaults"], grader

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import time
 from pathlib import Path
 
-from ..exercises import NOTEBOOKS, exercise_prefix, lesson_of_notebook
+from ..exercises import LESSONS, NOTEBOOKS, exercise_prefix, lesson_of_notebook, notebook_name
+from ..nbformat_quick import nbformat as _nbformat
 from ..paths import ROOT
 from ..stubs import RegionError, Regions, stub_line
 from . import links, translations
@@ -142,8 +144,6 @@ def strip_solutions(source: str, regions: Regions, where: tuple[str, int], lang=
 
 def make_lesson(nb, name: str):
     """The learner's notebook: stubs for solutions, no solution-only cells, no outputs."""
-    import copy
-
     lesson = copy.deepcopy(nb)
     number = exercise_prefix(lesson_of_notebook(name))
     lang = lesson.metadata.get("language", "en")  # a translated edition's stubs speak it
@@ -163,8 +163,6 @@ def make_lesson(nb, name: str):
 
 def add_course_cells(lesson, name: str, repository, torch: str, folder: str = "lessons") -> None:
     """Put the badges (with a repository) and the set-up cell after the lesson's title."""
-    from ..nbformat_quick import nbformat as _nbformat
-
     v4 = _nbformat().v4
     cells = []
     lang = folder.removeprefix("lessons").strip("/") or "en"
@@ -226,25 +224,23 @@ def _extra_notebooks(names: set[str], solutions: Path, lessons: Path, editions) 
 
 
 def build_lessons(
-    solutions: Path = ROOT / "solutions",
-    lessons: Path = ROOT / "lessons",
+    solutions: Path,
+    lessons: Path,
     check: bool = False,
     listed: set[str] | None = None,
     *,
     pyproject: Path | None = None,
     readme: Path | None = None,
 ) -> list[str]:
-    """Write lessons/ from solutions/, or with check=True list what is out of date.
+    """Write `lessons` from `solutions`, or with check=True list what is out of date.
 
     `listed`: the notebook names the course's lessons must have; by default, for the
     project's own solutions/, those of the LESSONS registry. `pyproject`: where the
     repository's address is read (badges, install line), `readme`: whose badge block is
     written; by default, for the project's own lessons/, its pyproject.toml and README.md.
     """
-    from ..nbformat_quick import nbformat as _nbformat
-
     nbformat = _nbformat()
-    own = Path(lessons) == ROOT / "lessons"
+    own = Path(lessons).resolve() == ROOT / "lessons"  # as --lessons may name it
     pyproject = pyproject or (ROOT / "pyproject.toml" if own else None)
     readme = readme or (ROOT / "README.md" if own else None)
     try:
@@ -253,9 +249,7 @@ def build_lessons(
         raise BuildError(str(exc)) from None
     torch = links.torch_range(pyproject or ROOT / "pyproject.toml")
 
-    if listed is None and Path(solutions) == ROOT / "solutions":
-        from ..exercises import LESSONS, notebook_name
-
+    if listed is None and Path(solutions).resolve() == ROOT / "solutions":
         listed = {notebook_name(lesson) for lesson in LESSONS}
     # Translated editions: where the solutions' folder sits beside an i18n/ with translations.
     i18n = Path(solutions).parent / "i18n"
@@ -298,8 +292,6 @@ def _write(target: Path, text: str, check: bool, shown: str) -> list[str]:
 
 def _write_lesson(nb, name: str, lessons: Path, folder: str, repository, torch, check) -> list:
     """The learner's notebook made from solution `nb` and written to lessons/<name>."""
-    from ..nbformat_quick import nbformat as _nbformat
-
     lesson, regions = make_lesson(nb, name)
     add_course_cells(lesson, name, repository, torch, folder)
     shown = name if folder == "lessons" else f"{folder.removeprefix('lessons/')}/{name}"
@@ -315,8 +307,6 @@ def _build_edition(english, name: str, lang: str, folders, repository, torch, ch
     `folders`: (solutions, lessons), the English ones; the translations are in the i18n/
     beside them.
     """
-    from ..nbformat_quick import nbformat as _nbformat
-
     nbformat = _nbformat()
     solutions, lessons = folders
     target = solutions / lang / name
@@ -334,8 +324,6 @@ def _build_edition(english, name: str, lang: str, folders, repository, torch, ch
 
 def add_language_cell(nb, name: str, lang: str) -> None:
     """After the title, the cell that makes the notebook's checks and launcher speak `lang`."""
-    from ..nbformat_quick import nbformat as _nbformat
-
     cell = _nbformat().v4.new_code_cell(LANGUAGE_CELL[lang])
     cell.metadata["tags"] = [LANGUAGE_TAG]
     cell["id"] = f"{lesson_of_notebook(name)}-language"
@@ -361,7 +349,7 @@ def _build_readme(readme: Path, repository, names: list[str], check: bool) -> li
 
 
 def execute_solutions(
-    solutions: Path = ROOT / "solutions",
+    solutions: Path,
     timeout: int = 300,
     only: list[str] | None = None,
     languages: list[str] | None = None,
@@ -372,8 +360,6 @@ def execute_solutions(
     (`languages`: only these editions, "en" the English); their language cell makes them
     speak it.
     """
-    from ..nbformat_quick import nbformat as _nbformat
-
     nbformat = _nbformat()
     from nbclient import NotebookClient
 

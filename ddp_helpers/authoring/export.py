@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from pathlib import Path
 
 from .. import i18n
+from ..exercises import lesson_of_exercise, lesson_of_notebook
 from ..i18n import messages
+from ..nbformat_quick import nbformat as _nbformat
 from ..stubs import BEGIN, END, exercise_in
 
 EXPORT_TAG = "export"
@@ -71,8 +74,6 @@ def _is_magic(line: str) -> bool:
 
 def export_script(notebook: Path, name: str = "train.py") -> tuple[str, int]:
     """The script's source (to be saved as `name`), and how many cells went into it."""
-    from ..nbformat_quick import nbformat as _nbformat
-
     nbformat = _nbformat()
 
     nb = nbformat.read(notebook, as_version=4)
@@ -139,8 +140,6 @@ def _listed(ids: list[str]) -> str:
 
 def _not_done(notebook: Path, stubs: list[str]) -> str:
     """Which exercises the script still needs; an earlier lesson's answers are pasted in."""
-    from ..exercises import lesson_of_exercise, lesson_of_notebook
-
     lesson = lesson_of_notebook(notebook)
     own = [s for s in stubs if lesson_of_exercise(s) == lesson]
     earlier: dict[str, list[str]] = {}
@@ -162,8 +161,6 @@ def _not_done(notebook: Path, stubs: list[str]) -> str:
 
 def _import_block(imports: list[str]) -> str:
     # Standard library first, then the rest, as isort lays them out.
-    import sys
-
     def group(line: str) -> int:
         first = line.split()[1].split(".")[0].rstrip(",")  # `import os, sys` names os first
         return 0 if first in sys.stdlib_module_names else 1

@@ -7,9 +7,13 @@ editions, each counted in its own language; tests hold the stated times to the c
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 
+from ..exercises import LESSONS, exercises_of, notebook_name
+from ..nbformat_quick import nbformat as _nbformat
+from ..paths import ROOT
 from ..stubs import Regions
 
 # The rates behind the estimate, for a learner new to distributed training who knows basic
@@ -293,10 +297,6 @@ def lesson_core_path(lesson: str) -> CorePath:
 
 def lesson_counted(lesson: str, lang: str = "en") -> Counted:
     """Lesson "01", "02", ... counted on its solution notebook in `lang`."""
-    from ..exercises import exercises_of, notebook_name
-    from ..nbformat_quick import nbformat as _nbformat
-    from ..paths import ROOT
-
     folder = ROOT / "solutions" / ("" if lang == "en" else lang)
     nb = _nbformat().read(folder / notebook_name(lesson), as_version=4)
     return count(nb, exercises_of(lesson))
@@ -446,11 +446,6 @@ def write(root=None, check: bool = False, lessons=None) -> list[str]:
     each Going further heading, the English from the English count, the Japanese
     translation (i18n/ja) from the Japanese one; `lessons` ("03", ...): those only. The
     cells that were (or would be) changed, as "NN_name.ipynb cell ID (lang)"."""
-    import json
-
-    from ..exercises import LESSONS, exercises_of, notebook_name
-    from ..nbformat_quick import nbformat as _nbformat
-    from ..paths import ROOT
     from .build import add_language_cell
     from .translations import make_edition, text_hash, translation_path
 
@@ -499,8 +494,6 @@ def write(root=None, check: bool = False, lessons=None) -> list[str]:
 def main(argv: list[str] | None = None) -> None:
     """Print each lesson's estimate and what it is made of, with the whole minutes the
     lesson states (in brackets); `--write` states the times; `--only=NN`: that lesson."""
-    from ..exercises import LESSONS
-
     argv = argv or []
     only = [a.removeprefix("--only=") for a in argv if a.startswith("--only=")] or None
     if "--write" in argv:

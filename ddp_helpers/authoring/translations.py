@@ -24,6 +24,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..nbformat_quick import nbformat as _nbformat
+from ..paths import ROOT
 from .same_code import differences
 
 EDITIONS = ("ja",)
@@ -143,8 +145,6 @@ def _translate_code(cell, entry: dict, where: dict) -> list[str]:
 
 def _add_own_cells(nb, entries: dict, where: dict) -> list[str]:
     """The edition's own markdown cells, each after the cell it names."""
-    from ..nbformat_quick import nbformat as _nbformat
-
     problems = []
     for cell_id, entry in entries.items():
         if "after" not in entry:
@@ -181,9 +181,6 @@ def hashes(english, kind: str = "markdown") -> dict[str, str]:
 def main(argv: list[str] | None = None) -> None:
     """Print the id, kind and hash of each cell of the English solutions named."""
     import argparse
-
-    from ..nbformat_quick import nbformat as _nbformat
-    from ..paths import ROOT
 
     parser = argparse.ArgumentParser(
         prog="python -m ddp_helpers.authoring.translations",

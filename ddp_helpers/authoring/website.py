@@ -13,21 +13,31 @@ page excepted for the answers that are the recipe's own steps: `RECIPE_SHOWS`).
 
 from __future__ import annotations
 
+import ast
+import copy
+import fnmatch
 import html
+import importlib.util
+import io
 import json
 import re
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
+import tokenize
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from .. import i18n
+from ..exercises import LESSONS, NOTEBOOKS, exercises_of, lesson_of_notebook, notebook_name
+from ..nbformat_quick import nbformat as _nbformat
 from ..paths import ROOT
 from ..stubs import Region, Regions
 from .build import _solutions
+from .translations import EDITIONS
 
 BINDER = "https://mybinder.org"
 COLAB = "https://colab.research.google.com"
@@ -133,10 +143,6 @@ def site_notebook(solution, lesson, anchors=frozenset()):
     stub in the lesson and keeps no output, since what the answer printed could give it
     away. A check's output stays: it shows what a right answer prints, and no code.
     """
-    import copy
-
-    from ..nbformat_quick import nbformat as _nbformat
-
     page = copy.deepcopy(lesson)
     solved = {c.get("id"): c for c in solution.cells if c.cell_type == "code" and c.get("id")}
     # Sphinx's labels are the site's, not a page's: an edition other than English names its
@@ -166,8 +172,6 @@ SWITCH = {"ja": "[日本語版 (Japanese)]({path})", "en": "[English edition (�
 
 def editions(root: Path) -> list[str]:
     """The editions the site carries: English, and each translation with solutions of its own."""
-    from .translations import EDITIONS
-
     return ["en"] + [lang for lang in EDITIONS if (root / "solutions" / lang).is_dir()]
 
 
@@ -178,9 +182,6 @@ def _folder(lang: str) -> str:
 
 def _with_switch(page, lang: str, name: str, languages: list[str]):
     """The page with, after its title, a link to each other edition's page of the lesson."""
-    from ..exercises import lesson_of_notebook
-    from ..nbformat_quick import nbformat as _nbformat
-
     up = "../" * _folder(lang).count("/")
     links = [
         SWITCH[other].format(path=f"{up}{_folder(other)}{name}")
@@ -198,7 +199,6 @@ def _globs_that_match(index: str, lessons: list[str]) -> str:
     """The home page without the contents' globs of lessons that no notebook matches: the
     optional lesson after the last page has a glob of its own (`0[5-9]_*`), which a copy of
     the course without it would leave empty, and Sphinx counts an empty glob as an error."""
-    import fnmatch
 
     def kept(line: str) -> bool:
         pattern = line.strip()
@@ -213,8 +213,6 @@ def write_sources(root: Path, src: Path) -> list[str]:
     """Sphinx's source folder: site/index.md, a page per lesson and the last page with its
     script; for each translation, site/<lang>/index.md and its pages under <lang>/, each
     lesson's page with a language switch (the last page has its own)."""
-    from ..nbformat_quick import nbformat as _nbformat
-
     nbformat = _nbformat()
     if src.exists():
         shutil.rmtree(src)
@@ -247,8 +245,6 @@ def write_sources(root: Path, src: Path) -> list[str]:
 
 def build_site(root: Path = ROOT, out: Path | None = None, quiet: bool = True) -> Path:
     """Build the website into out/html (default site/_build); return that folder."""
-    import importlib.util
-
     if not all(importlib.util.find_spec(m) for m in ("sphinx", "myst_nb", "sphinx_book_theme")):
         raise SiteError(AUTHOR_TEXT["no_sphinx"])
     out = Path(out) if out is not None else root / "site" / "_build"
@@ -328,10 +324,6 @@ def _normal(text: str) -> str:
 
 def _code_lines(lines: list[str]) -> list[str]:
     """The lines without their comments (a leak may have dropped them)."""
-    import io
-    import textwrap
-    import tokenize
-
     lines = textwrap.dedent("\n".join(lines)).split("\n")
     try:
         tokens = list(tokenize.generate_tokens(io.StringIO("\n".join(lines) + "\n").readline))
@@ -357,8 +349,6 @@ def _regions(cells, lesson: str) -> dict[str, list[str]]:
 
 def _body_lines(source: str) -> list[str]:
     """A reference answer's lines without its `def` line and docstring."""
-    import ast
-
     tree = ast.parse(source)
     if not (tree.body and isinstance(tree.body[0], ast.FunctionDef | ast.AsyncFunctionDef)):
         return source.split("\n")
@@ -377,9 +367,6 @@ def answer_lines(root: Path = ROOT) -> dict[str, set[str]]:
     the learner's own notebooks show anyway (in a stub, in prose, in an example) or that is
     trivial (a lone keyword, name or bracket) gives nothing away.
     """
-    from ..exercises import LESSONS, NOTEBOOKS, exercises_of, notebook_name
-    from ..nbformat_quick import nbformat as _nbformat
-
     nbformat = _nbformat()
     shown = "\n".join(
         _normal(cell.source)

@@ -13,7 +13,7 @@ the two are compared, and the blocks' forwards during each backward counted.
 from __future__ import annotations
 
 from ..i18n import messages
-from .sharding import _stderr_quiet
+from .sharding import _stderr_quiet, parameter_count
 
 # The demo's model: lesson 05's, 256 wide and 8 blocks deep (a batch of rows then holds more
 # in activations than the model holds in state on a rank under FSDP2).
@@ -71,7 +71,6 @@ def activation_memory(rows=ROWS, width: int = WIDTH, depth: int = DEPTH) -> dict
     checkpointed step's), "diff": the largest gradient difference}; with "width", "depth",
     "parameters", "trainable"."""
     from ..exercises.lesson05.common import make_batches, make_model
-    from .sharding import parameter_count
 
     by_rows = {}
     for n in rows:

@@ -8,7 +8,11 @@ alpha the latency of one step and beta the bandwidth of one link.
 
 from __future__ import annotations
 
+import time
+
 from ..i18n import messages
+from .pictures import use_fonts
+from .scaling import make_mlp
 
 # Message sizes from 4 KiB to 16 MiB, by factors of 4.
 SIZES = tuple(4096 * 4**k for k in range(7))
@@ -52,7 +56,6 @@ def _time_alone(nbytes: int, repeats: int) -> float:
     """Run in every rank: the median seconds of an all_reduce of `nbytes` bytes, nothing else
     running (each call after a barrier)."""
     import statistics
-    import time
 
     import torch
     import torch.distributed as dist
@@ -112,8 +115,6 @@ def plot_all_reduce(measured: dict[int, dict[int, float]]):
     """Measured times against size on log axes, with each world size's fitted ring model."""
     import matplotlib.pyplot as plt
 
-    from .pictures import use_fonts
-
     use_fonts()
     fig, ax = plt.subplots(figsize=(5.5, 3.4))
     for n, times in measured.items():
@@ -144,13 +145,10 @@ def _time_ddp_step(hidden: int, layers: int, steps: int) -> dict:
     the first bucket handed over to the last one reduced, backward's computation included),
     timed by a comm hook; and each bucket's all_reduce timed alone, afterwards."""
     import statistics
-    import time
 
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
-
-    from .scaling import make_mlp
 
     dist.init_process_group("gloo")
     try:
@@ -215,8 +213,6 @@ def draw_ring_all_reduce(n: int = 4):
     import matplotlib.pyplot as plt
     from matplotlib.patches import Rectangle
 
-    from .pictures import use_fonts
-
     use_fonts()
     states = ring_states(n)
     fig, ax = plt.subplots(figsize=(10.5, 0.7 * len(states) + 0.8))
@@ -270,8 +266,6 @@ def draw_ring_all_reduce(n: int = 4):
 def plot_overlap(runs: list[dict]):
     """Per rank, forward and backward as bars and each bucket's all_reduce under them."""
     import matplotlib.pyplot as plt
-
-    from .pictures import use_fonts
 
     use_fonts()
     fig, ax = plt.subplots(figsize=(7.5, 0.9 + 1.1 * len(runs)))

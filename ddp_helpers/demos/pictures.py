@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+import textwrap
+import unicodedata
+
 from .. import i18n
 
 # Every word the pictures show, so that the Japanese edition's pictures are in Japanese.
@@ -87,8 +91,6 @@ def wrap(text: str, width: int) -> str:
     (`no_sync()`), by its rules (no line begins with closing punctuation, a small kana or
     ー, none ends with an opening bracket), and leaves no last line of one or two
     characters (「す。」 alone): the lines above it are made shorter."""
-    import textwrap
-    import unicodedata
 
     def wide(ch: str) -> bool:
         return unicodedata.east_asian_width(ch) in "WF"
@@ -104,8 +106,6 @@ def wrap(text: str, width: int) -> str:
 
 
 def _japanese_lines(text: str, width: int, wide) -> list[str]:
-    import re
-
     lines, line, used = [], "", 0
     for token in re.findall(r"[^\s\u3000-\u9fff\uff00-\uffef]+|\s+|.", text):
         cost = sum(2 if wide(ch) else 1 for ch in token)

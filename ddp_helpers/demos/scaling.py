@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import time
 
 from ..i18n import messages
+from .pictures import use_fonts
 
 # The lesson's model (8 -> 16 -> 1), and the same shape made wide enough that computing a
 # step costs more than averaging its gradients.
@@ -41,8 +43,6 @@ def train_throughput(
     steps: int = 60, batch: int = 512, warmup: int = 5, hidden: int = 16, layers: int = 1
 ) -> float:
     """Run in every rank: DDP training steps of an MLP; examples/s over all ranks."""
-    import time
-
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -110,8 +110,6 @@ def measure_models(ranks=(1, 2), repeats: int = 3, **kwargs) -> dict[str, dict[i
 def plot_scaling(results: dict[str, dict[int, float]]):
     """Speed-up over one rank for each model, against the ideal (linear) line."""
     import matplotlib.pyplot as plt
-
-    from .pictures import use_fonts
 
     use_fonts()
     fig, ax = plt.subplots(figsize=(5.5, 3.4))

@@ -21,6 +21,7 @@ import sys
 
 from ..i18n import messages
 from .communication import ring_bytes_sent
+from .pictures import use_fonts
 
 # The demos' model: lesson 05's, 64 wide and 4 blocks deep (its own is 16 wide, 3 deep).
 WIDTH, DEPTH = 64, 4
@@ -417,8 +418,6 @@ def plot_memory(measured: dict):
     """Stacked bars, one per rank in each scheme, one panel per world size: the KiB of
     parameters, gradients and optimizer state each rank holds."""
     import matplotlib.pyplot as plt
-
-    from .pictures import use_fonts
 
     use_fonts()
     worlds = list(measured["by_world"])

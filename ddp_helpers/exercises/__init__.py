@@ -1,5 +1,9 @@
 """The course's lessons and their exercises: `from ddp_helpers.exercises import lesson01 as ex`."""
 
+import importlib
+import sys
+from pathlib import Path
+
 # The one list of lessons. Each number names its notebooks, `lessons/NN_<name>.ipynb` and
 # `solutions/NN_<name>.ipynb`, and its exercises, `ddp_helpers/exercises/lessonNN/` (one
 # module per exercise):
@@ -21,8 +25,6 @@ NOTEBOOKS = "[0-9][0-9]_*.ipynb"  # a glob for lesson notebooks in a folder
 # These three are the only places that take names and numbers apart.
 def lesson_of_notebook(path) -> str:
     """'03' for '03_ddp_wrap.ipynb' (a path or a name): the lesson a notebook belongs to."""
-    from pathlib import Path
-
     return Path(path).name[:2]
 
 
@@ -48,23 +50,17 @@ def module_name(lesson: str) -> str:
 
 def exercises_of(lesson: str) -> list:
     """The Exercise objects of a lesson ("01", "02", ...), in order."""
-    import importlib
-
     return importlib.import_module(module_name(lesson)).EXERCISES
 
 
 def builds_ddp(lesson: str) -> bool:
     """Whether the lesson's cells and checks wrap models in DDP (its module's BUILDS_DDP)."""
-    import importlib
-
     return getattr(importlib.import_module(module_name(lesson)), "BUILDS_DDP", False)
 
 
 def expect_ddp_if_imported() -> None:
     """Where a lesson's notebook starts (%load_ext, after its `import ... as ex`): tell the
     launcher to expect DDP models if a lesson imported so far builds them."""
-    import sys
-
     from ..launcher import expect_ddp
 
     if any(

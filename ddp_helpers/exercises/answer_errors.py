@@ -4,6 +4,7 @@ frames (checks, launcher), which are noise to a learner."""
 
 from __future__ import annotations
 
+import os
 import re
 import traceback
 
@@ -77,7 +78,6 @@ def without_course_frames(text: str) -> str:
     """The ranks' tracebacks of a check's error without the frames of the course's own
     files (the harness that called the answer, the launcher), which are noise to a learner;
     a line at the end says how to see them. Unless DDP_HELPERS_TRACEBACK is `full`."""
-    import os
 
     if os.environ.get(FULL_TRACEBACK) == "full":
         return text

@@ -18,6 +18,11 @@ PROBE_TIMEOUT seconds, so that no rank is left waiting for one that gave up.
 from __future__ import annotations
 
 import contextlib
+import inspect
+import os
+import sys
+import types
+import warnings
 
 # The words in the name of everything torch.distributed offers that moves tensors (or
 # objects) between ranks, or waits for them: the list is read from the torch at hand, so a
@@ -30,8 +35,6 @@ PROBE_TIMEOUT = 5  # seconds; every probe call is a few small tensors
 def collectives() -> tuple[str, ...]:
     """The public collectives of this torch.distributed (all_reduce, all_gather_single,
     barrier, send_object_list, ...), by name."""
-    import types
-
     import torch.distributed as dist
 
     return tuple(
@@ -58,9 +61,6 @@ def _answers_tensors_on_meta():
     """A torch function mode: a tensor made without device= by code outside torch and the
     course (the answer's) is made on `meta`; what torch's own code and the course's make,
     and a tensor made from a tensor (torch.tensor(t)), stay where they were."""
-    import os
-    import sys
-
     import torch
     from torch.overrides import TorchFunctionMode
     from torch.utils._device import _device_constructors
@@ -109,7 +109,6 @@ def default_device_elsewhere():
     the others never called), it yields None and probes nothing, and the launch names the
     rank left waiting."""
     import datetime
-    import inspect
 
     import torch.distributed as dist
 
@@ -152,8 +151,6 @@ def made_off_device(fn, *args) -> str | None:
     handed a tensor made without device=, or None. An answer that fails there for another
     reason is judged by its run on the CPU, not here; where the ranks are not all there to
     probe (default_device_elsewhere), None too."""
-    import warnings
-
     with default_device_elsewhere() as offended, warnings.catch_warnings():
         if offended is None:
             return None

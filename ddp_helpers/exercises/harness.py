@@ -4,6 +4,11 @@ folder per rank and who wrote in it."""
 from __future__ import annotations
 
 import contextlib
+import math
+import os
+import tempfile
+
+from ..files import remove_tree
 
 
 @contextlib.contextmanager
@@ -25,7 +30,6 @@ def process_group(**kwargs):
 def weights_apart(a: dict, b: dict) -> float:
     """The largest |a - b| over two state dicts: nan if any is nan (which no tolerance
     passes: compare with `not diff <= tol`), inf if their keys differ."""
-    import math
 
     if a.keys() != b.keys():
         return math.inf
@@ -35,7 +39,6 @@ def weights_apart(a: dict, b: dict) -> float:
 
 def rank_folder(folder: str, rank: int) -> str:
     """The subfolder of rank `rank` in a check's folder: what lands there shows who wrote."""
-    import os
 
     return os.path.join(folder, f"rank{rank}")
 
@@ -44,10 +47,6 @@ def rank_folder(folder: str, rank: int) -> str:
 def rank_folders(ranks: int, prefix: str):
     """A temporary folder with an empty subfolder per rank, removed afterwards (whatever the
     ranks made there: a learner's answer can nest folders past any recursion limit)."""
-    import os
-    import tempfile
-
-    from ..files import remove_tree
 
     folder = tempfile.mkdtemp(prefix=prefix)
     try:
@@ -60,6 +59,5 @@ def rank_folders(ranks: int, prefix: str):
 
 def writers(folder: str, ranks: int) -> list[int]:
     """The ranks whose subfolder is no longer empty."""
-    import os
 
     return [rank for rank in range(ranks) if os.listdir(rank_folder(folder, rank))]

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import ast
 import contextvars
+import importlib
 import inspect
+import sys
 import textwrap
 import types
 from dataclasses import dataclass, field
 
 from .. import i18n
 from ..launcher import DistributedError
+from ..launcher.plan import STOP
 from .answer import Answer
 from .answer_errors import (
     AnswerRaised,
@@ -185,8 +188,6 @@ class Exercise:
     def worst(self) -> float:
         """Seconds its check, hidden cases included, may take on an answer that hangs in
         its last case, until the hang is named: what the grader gives it (TimeBudget)."""
-        from ..launcher.plan import STOP
-
         return self.run_time + self.hang_timeout + STOP.after_timeout
 
     def _check_texts(self) -> None:
@@ -379,9 +380,6 @@ class Exercise:
     def _helpers_in(self, tree: ast.AST) -> list[ast.Name]:
         """The names a reference reads from its own module that the lesson hands the
         notebook as `ex.NAME` (3.6's buckets_for)."""
-        import importlib
-        import sys
-
         from . import lesson_of_exercise, module_name
 
         lesson = importlib.import_module(module_name(lesson_of_exercise(self.id)))

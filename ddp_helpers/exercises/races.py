@@ -13,6 +13,7 @@ order across the ranks, are unchanged.
 from __future__ import annotations
 
 import contextlib
+import inspect
 
 # Each collective whose result lands in tensors it is given: which argument holds them.
 _OUTPUTS = {
@@ -69,8 +70,6 @@ def waits_required():
     """Inside: a collective called with async_op=True is done at once on copies, and lands
     in its output tensors only when its work is waited for. Yields the list of those works
     (`unwaited(works)` counts the ones never waited for)."""
-    import inspect
-
     import torch.distributed as dist
 
     real = {name: getattr(dist, name) for name in _OUTPUTS if hasattr(dist, name)}

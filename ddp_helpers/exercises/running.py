@@ -9,6 +9,8 @@ import contextvars
 
 from .. import i18n
 from ..launcher import DistributedError
+from ..launcher.api import launch_plain
+from ..launcher.plain import to_plain
 from .answer_errors import AnswerRaised
 from .model import GRADING, HANG_TIMEOUT, Wrong
 from .texts import Phrase
@@ -35,7 +37,6 @@ def _launched(harness, answer, args, nprocs: int, nnodes: int, timeout: float):
     """harness(answer, *args) on N CPU ranks, each value back as plain data (launch_plain:
     the answer is the learner's code, and nothing it does runs code in this process). When
     grading, an answer found to be the course's reference is Wrong("from_course")."""
-    from ..launcher.api import launch_plain
 
     grading = GRADING.get()
     references = grading.reference_names() if grading is not None else []
@@ -89,7 +90,6 @@ def run_answer(harness, answer, *args, timeout: float = HANG_TIMEOUT):
 
 def call(fn, *args):
     """A harness for run_answer: what fn(*args) returns, as plain data (to_plain)."""
-    from ..launcher.plain import to_plain
 
     return to_plain(fn(*args))
 
@@ -99,7 +99,6 @@ def each_case(fn, cases) -> tuple[list, int | None]:
     up to the first that raises; (what each returned, the index of the one that raised or
     None). The check runs that one again alone (run_answer(call, ...)) to show what it
     raised, after judging those before it, as it would have calling them one by one."""
-    from ..launcher.plain import to_plain
 
     out = []
     for args in cases:

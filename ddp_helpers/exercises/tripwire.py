@@ -4,7 +4,12 @@ before the harness runs it."""
 
 from __future__ import annotations
 
+import functools
+import importlib
+import os
 import types
+
+from ..launcher.plain import to_plain
 
 FROM_COURSE_EXIT = 93  # how a rank ends whose answer ran the course's own reference
 
@@ -17,10 +22,6 @@ def in_rank(references, harness, answer, *args):
     reference's code (re-homed into a function of its own, `types.FunctionType(ref.__code__,
     ...)`) first. A learner who reads this can still get past it; the checks are in the
     package a notebook can read (docs/instructors.md)."""
-    import importlib
-    import os
-
-    from ..launcher.plain import to_plain
 
     keys: set[tuple] = set()
     for module, qualname in references:
@@ -70,7 +71,6 @@ def _carries(obj, keys: set, seen: set, depth: int) -> bool:
     """Whether an answer holds code written where the reference was: in itself, or in a
     function it reaches (the globals it names, its closure, defaults, a class's methods, a
     partial's function), `depth` steps deep."""
-    import functools
 
     from ..launcher.pickling import names_used
 

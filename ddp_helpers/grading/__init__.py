@@ -17,6 +17,7 @@ _LAZY = {
     "run_batch": "api",
     "DEFAULT_TIMEOUT": "defaults",
     "Batch": "orchestration.batch",
+    "ConfinementRequest": "confinement.sandbox",
     "GradeOptions": "orchestration.batch",
     "TimeBudget": "budget",
     "grade": "orchestration.batch",
@@ -37,6 +38,7 @@ __getattr__ = lazy_getattr(__name__, _LAZY)
 __all__ = [
     "DEFAULT_TIMEOUT",
     "Batch",
+    "ConfinementRequest",
     "Event",
     "ExerciseScore",
     "GradeOptions",

@@ -14,6 +14,8 @@ import dataclasses
 import signal
 import sys
 
+from ..procs import become_subreaper, kill_descendants
+from .confinement.sandbox import SandboxError, choose, fallback_note
 from .orchestration.batch import GradeOptions, grade
 from .results import Row
 
@@ -39,24 +41,13 @@ def run_batch(paths, options: GradeOptions, *, notes=None) -> list[Row]:
     GradingError for paths with nothing to grade, OSError for outputs that cannot be
     written, and KeyboardInterrupt when stopped (Ctrl-C, SIGTERM, SIGHUP), each with no
     process left."""
-    from ..procs import become_subreaper, kill_descendants
-    from .confinement.sandbox import SandboxError, choose, fallback_note
-
     confinement = options.confinement
     if confinement is None:
         try:
-            confinement = choose(
-                options.sandbox,
-                options.memory,
-                options.tasks,
-                options.threads,
-                options.pass_env,
-                options.limits,
-                options.disk,
-            )
+            confinement = choose(options.request)
         except ValueError as exc:  # a limit given wrong: what the sandbox cannot be asked
             raise SandboxError(str(exc)) from None
-        if options.sandbox is None and not confinement.sandbox:
+        if options.request.sandbox is None and not confinement.sandbox:
             print(f"note: {fallback_note()}", file=notes or sys.stderr)  # the first line
         options = dataclasses.replace(options, confinement=confinement)
     become_subreaper()  # a worker killed from outside leaves its processes to this one

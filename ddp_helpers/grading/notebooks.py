@@ -11,6 +11,7 @@ from pathlib import Path
 from .. import i18n
 from ..exercises import LESSONS
 from ..files import TooBig, read_capped
+from ..nbformat_quick import nbformat as _nbformat
 
 MAX_NOTEBOOK = 64 << 20  # bytes of a submission read: a lesson with its outputs is ~1 MB
 # Keys and values of a submission parsed (json_items). The course's own solved notebooks,
@@ -141,8 +142,6 @@ def read_notebook(path):
     thousands of bad values inside one cell (75 KB of `{}` as its outputs) took the grader
     to 1.3 GB.
     """
-    from ..nbformat_quick import nbformat as _nbformat
-
     nbformat = _nbformat()
     _, data = _notebook_json(path)
     try:

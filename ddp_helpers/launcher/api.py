@@ -16,6 +16,8 @@ from ..i18n import messages
 from . import client
 from .failures import DistributedError, exit_quirks, interrupt_report, run_error
 from .output import OutputRouter
+from .plain import MESSAGES as PLAIN
+from .plain import PlainOnly, load_plain, not_plain_text
 from .plan import MASTER_ADDR, STOP, Options, place, rank_environments, shared_environment
 from .protocol import Call, Cell, LaunchRequest
 from .run import Run
@@ -177,9 +179,6 @@ def _outcome(run: Run, plain: bool = False) -> Results:
 
 def _plain_value(rank: int, data: bytes):
     """A rank's value as plain data, or the DistributedError that names what it held."""
-    from .plain import MESSAGES as PLAIN
-    from .plain import PlainOnly, load_plain, not_plain_text
-
     try:
         return load_plain(data)
     except PlainOnly as exc:

@@ -19,12 +19,19 @@ object comes back as an Opaque, its type's name and its repr as text.
 
 from __future__ import annotations
 
+import collections
 import functools
 import io
+import operator
 import pickle
+import signal
+import sys
+from dataclasses import is_dataclass
 from itertools import islice
 
 from ..i18n import messages
+from ..torch_compat import Reason
+from . import protocol
 
 MESSAGES = messages(
     "launcher.plain",
@@ -50,18 +57,12 @@ class PlainOnly(pickle.UnpicklingError):
 
 @functools.cache
 def _protocol_classes() -> dict[tuple[str, str], type]:
-    import signal
-    from dataclasses import is_dataclass
-
-    from . import protocol
-
     found: dict[tuple[str, str], type] = {
         (protocol.__name__, name): cls
         for name, cls in vars(protocol).items()
         if isinstance(cls, type) and is_dataclass(cls) and cls.__module__ == protocol.__name__
     }
     found[("signal", "Signals")] = signal.Signals  # Signal.signal, as signal.SIGTERM is one
-    from ..torch_compat import Reason
 
     found[(Reason.__module__, Reason.__name__)] = Reason  # Ready.compat: why a check failed
     return found
@@ -104,8 +105,6 @@ def _load_storage(data: bytes):
 
 @functools.cache
 def _plain_globals() -> dict[tuple[str, str], object]:
-    import collections
-
     import torch
     import torch._utils
 
@@ -229,12 +228,8 @@ def to_plain(value, depth: int = 0):
 
 
 def _index(value) -> int:
-    import operator
-
     return operator.index(value)
 
 
 def _torch():
-    import sys
-
     return sys.modules.get("torch")

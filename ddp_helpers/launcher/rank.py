@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import io
 import linecache
 import os
@@ -78,7 +79,6 @@ def _setup_process(task: BecomeRank, fds: tuple[int, ...]) -> tuple:
     _reset_signals()
     _redirect_output(out_fd, err_fd)
     stack_file = open(stk_fd, "w", closefd=True)  # noqa: SIM115
-    import faulthandler
 
     # A fatal signal (segfault, abort) or the launcher's SIGUSR1 at a timeout writes every
     # thread's Python stack to this pipe, even while the rank is stuck inside C++.

@@ -9,6 +9,8 @@ import os
 import re
 import sys
 
+from .failures import MESSAGES
+
 _CELL_FILE = re.compile(r'File "([^"]+)", line (\d+)')
 _FH_FRAME = re.compile(r'^\s*File "(.*)", line (\d+) in (.*)$')
 _FH_THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-f]+)")
@@ -128,8 +130,6 @@ def render_stack(text: str) -> str:
 def _torch_line(run: list[tuple[str, int, str]]) -> str:
     """Frames inside torch as one line: the functions called, then where the last one is
     (torch's file, named from its folder: not torch's code, nor where it is installed)."""
-    from .failures import MESSAGES
-
     file, lineno, _ = run[-1]
     calls = " > ".join(name for _, _, name in run)
     return "  " + MESSAGES["in_torch"].format(calls=calls, file=file, line=lineno)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import gc
+import importlib
 import os
 import select
 import signal
@@ -167,8 +168,6 @@ class Zygote:
         CPU and make every fork after it a larger process (RssAnon 217 MB against 146 MB,
         docs/benchmarks.md).
         """
-        import importlib
-
         # The serve loop lets a launch already waiting go first, even a zygote's first.
         for name in torch_compat.warm_modules(self.compat):
             try:
@@ -322,8 +321,6 @@ def main() -> None:
     # comes, that its peers have left (a rank that is not waiting for it never sees it).
     signal.pthread_sigmask(signal.SIG_BLOCK, {RELEASE})
     try:
-        import importlib
-
         for name in PRELOAD:
             importlib.import_module(name)
         load_libc()

@@ -125,18 +125,17 @@ def test_check_names_the_stale_lesson_and_build_fixes_it(tmp_path):
     assert problems and "lessons/07_demo.ipynb is out of date" in problems[0]
 
 
-def test_the_cli_exits_non_zero_when_lessons_are_stale(tmp_path, monkeypatch):
-    import ddp_helpers.authoring.build as build
-
+def test_the_cli_exits_non_zero_when_lessons_are_stale(tmp_path):
     solutions, lessons = tmp_path / "solutions", tmp_path / "lessons"
     solutions.mkdir()
     nbformat.write(_notebook(), solutions / "07_demo.ipynb")
     from ddp_helpers.__main__ import main
 
-    monkeypatch.setattr(build.build_lessons, "__defaults__", (solutions, lessons, False, None))
-    assert main(["build", "--check"]) == 1
-    assert main(["build"]) == 0
-    assert main(["build", "--check"]) == 0
+    roots = ["--solutions", str(solutions), "--lessons", str(lessons)]
+    assert main(["build", "--check", *roots]) == 1
+    assert main(["build", *roots]) == 0
+    assert (lessons / "07_demo.ipynb").is_file()
+    assert main(["build", "--check", *roots]) == 0
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
-"""The batch as logic (grading/orchestration/batch.py): its scheduling, retries and options,
-without kernels."""
+"""The batch as logic (grading/orchestration/batch.py, progress.py): its scheduling, retries,
+options and progress lines, without kernels."""
 
 from __future__ import annotations
 
@@ -22,8 +22,27 @@ from ddp_helpers.grading import (
     Submission,
     TimeBudget,
 )
+from ddp_helpers.grading.orchestration.progress import Progress
 
 # ---------------------------------------------------------------- the batch, as logic
+
+
+def test_progress_bar_on_a_terminal():
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    stream = Terminal()
+    progress = Progress(4, stream)
+    sub = _sub("x.ipynb")
+    progress.running = 1
+    progress.finished(_row(sub, Status.OK, seconds=2.0))
+    total = len(lesson01.EXERCISES)
+    assert f"[1/4] ok         {total}/{total}    2.0 s  x.ipynb" in stream.getvalue()
+    assert "[" + "#" * 8 + "." * 22 + "] 1/4 · 1 running" in stream.getvalue()
+    plain = io.StringIO()
+    Progress(4, plain).finished(_row(sub, Status.OK, seconds=2.0))
+    assert "\x1b" not in plain.getvalue() and "#" not in plain.getvalue()
 
 
 def test_the_batch_takes_submissions_in_order_and_knows_how_crowded_each_ran():

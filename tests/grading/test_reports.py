@@ -1,15 +1,13 @@
-"""The CSV, the feedback, the progress and the summary, as logic (grading/outputs/reports.py)."""
+"""The CSV, the feedback and the summary, as logic (grading/outputs/reports.py)."""
 
 from __future__ import annotations
 
 import dataclasses
-import io
 import pickle
 from pathlib import Path
 
-from grading_common import _row, _sub
+from grading_common import _sub
 
-from ddp_helpers.exercises import lesson01
 from ddp_helpers.grading import (
     Event,
     ExerciseScore,
@@ -78,24 +76,6 @@ def test_the_summary_counts_statuses_and_means_per_exercise():
     assert lines[0] == "Graded 2 submissions in 5 s (3.0 s per notebook run, 2 at a time)."
     assert lines[1] == "status: ok 1 · timeout 0 · error 1 · invalid 0"
     assert "1.2 shard" in lines[3] and "0.50 of 1  (n=2)" in lines[3]
-
-
-def test_progress_bar_on_a_terminal():
-    class Terminal(io.StringIO):
-        def isatty(self):
-            return True
-
-    stream = Terminal()
-    progress = reports.Progress(4, stream)
-    sub = _sub("x.ipynb")
-    progress.running = 1
-    progress.finished(_row(sub, Status.OK, seconds=2.0))
-    total = len(lesson01.EXERCISES)
-    assert f"[1/4] ok         {total}/{total}    2.0 s  x.ipynb" in stream.getvalue()
-    assert "[" + "#" * 8 + "." * 22 + "] 1/4 · 1 running" in stream.getvalue()
-    plain = io.StringIO()
-    reports.Progress(4, plain).finished(_row(sub, Status.OK, seconds=2.0))
-    assert "\x1b" not in plain.getvalue() and "#" not in plain.getvalue()
 
 
 def test_feedback_files_never_share_a_name():

@@ -111,9 +111,9 @@ def test_ctrl_c_stops_the_batch_and_everything_it_started(tmp_path):
 
 def _submission_cgroups(grader_pid: int) -> set:
     """The cgroups a grader of that pid made and left (none where limits are rlimits)."""
-    from ddp_helpers.grading.confinement.sandbox import choose
+    from ddp_helpers.grading.confinement.sandbox import ConfinementRequest, choose
 
-    dirs = choose(False, None, None).limits.folders("x")
+    dirs = choose(ConfinementRequest(sandbox=False)).limits.folders("x")
     return {p for d in dirs.values() for p in d.parent.glob(f"ddp-grade-{grader_pid}-*")}
 
 

@@ -6,6 +6,7 @@ import os
 
 from ... import i18n
 from ...i18n import messages
+from ...launcher.plain import shown
 from ..kit import (
     Exercise,
     Mistake,
@@ -119,8 +120,6 @@ def _device_name(answer) -> str:
     """'cuda:1' for torch.device('cuda', 1), 'cuda:1' or 1; else the answer's repr (as a
     plain str: its own __repr__ may return a str that says it equals everything)."""
     import torch
-
-    from ...launcher.plain import shown
 
     if isinstance(answer, bool):
         return shown(answer)

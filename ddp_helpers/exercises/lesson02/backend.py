@@ -6,6 +6,7 @@ import os
 from unittest import mock
 
 from ...i18n import messages
+from ...launcher.plain import Opaque, shown
 from ..kit import Exercise, Mistake, Phrase, Wrong, run_on_ranks
 from ..lesson01.gpu import layout_env
 from ..space import CHECK_SEED, HIDDEN_SEEDS, Space, on_hidden_seeds, trying
@@ -157,8 +158,6 @@ def _on_machine(fn, gpus: int, nodes: int, per: int, rank: int) -> tuple[str, st
     repr, both plain text (an object equal to everything is no backend here)."""
     import torch
 
-    from ...launcher.plain import shown
-
     with (
         mock.patch.object(torch.cuda, "is_available", lambda: gpus > 0),
         mock.patch.object(torch.cuda, "device_count", lambda: gpus),
@@ -188,8 +187,6 @@ def _machine(gpus: int, nodes: int, per: int) -> Phrase:
 
 
 def _check_backend(fn, seed: int = CHECK_SEED) -> Phrase:
-    from ...launcher.plain import Opaque
-
     calls = _calls(seed)
     runs = run_on_ranks(_backend_harness, fn, calls, _orders(calls), nprocs=2)
     for k, (gpus, nodes, per, _) in enumerate(calls):
@@ -215,8 +212,6 @@ def _check_backend(fn, seed: int = CHECK_SEED) -> Phrase:
 
 def _judge_ranks_agree(calls, answers) -> None:
     """The ranks of one machine pick the same backend (or init_process_group hangs)."""
-    from ...launcher.plain import Opaque
-
     for k, (gpus, nodes, per, rank) in enumerate(calls):
         for j in range(k):
             if calls[j][:3] == (gpus, nodes, per) and answers[j][0] != answers[k][0]:
@@ -233,8 +228,6 @@ def _judge_ranks_agree(calls, answers) -> None:
 
 def _judge_machine(calls, answers, k: int) -> None:
     """One call's backend, or the Wrong that names what the answer compared."""
-    from ...launcher.plain import Opaque
-
     gpus, nodes, per, _ = calls[k]
     (text, shown), want = answers[k], _want(gpus, nodes, per)
     if text == want:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import os
 from unittest import mock
 
@@ -206,8 +208,6 @@ class _Pretend:
     """A pretend machine for setup(): CUDA and the process group faked, each call recorded."""
 
     def __init__(self, gpus, nodes, per_node, rank):
-        import inspect
-
         import torch.distributed as dist
 
         self.gpus, self.rank, self.world = gpus, rank, nodes * per_node
@@ -263,8 +263,6 @@ class _Pretend:
 
 def _on_pretend_machine(setup, *case):
     """What setup() does on a pretend machine: its calls and what it returned."""
-    import contextlib
-
     pretend = _Pretend(*case)
     with contextlib.ExitStack() as stack:
         for patch in pretend.patches():

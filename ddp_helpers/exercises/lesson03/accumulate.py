@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 from ...i18n import messages
 from ..kit import (
     Exercise,
@@ -175,8 +177,6 @@ SPACE = Space(
 
 def _draws(seed: int) -> list[tuple[int, str, list[tuple[int, int, int]]]]:
     """(ranks, dtype, [(k, steps, micro) of each call]) of each run: the two calls' k differ."""
-    import random
-
     dtypes = SPACE.values("dtypes")
     runs = []
     for i, ranks in enumerate(ACCUM_RANKS):

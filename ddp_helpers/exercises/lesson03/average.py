@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 from ...i18n import messages
 from ..devices import made_off_device
 from ..kit import (
@@ -14,6 +16,7 @@ from ..kit import (
     rank_mistakes,
     run_on_ranks,
 )
+from ..races import unwaited, waits_required
 from ..space import CHECK_SEED, Space, on_hidden_seeds, trying
 
 MESSAGES = messages(
@@ -116,13 +119,9 @@ def _average_gradients_harness(average_gradients, dtype: str, steps: int):
     data, with a model that has a frozen parameter (no gradient) and a buffer (BatchNorm's),
     in `dtype`; the gradients made afresh at every step (zero_grad sets them to None), and
     an async collective's result landing only where the answer waits for it (races.py)."""
-    import copy
-
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
-
-    from ..races import unwaited, waits_required
 
     with process_group():
         rank = dist.get_rank()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 
 from ...i18n import messages
 
@@ -23,8 +24,6 @@ MESSAGES = messages(
 
 def warn_if_gpus_idle() -> None:
     """Lesson 03's setup(): warn when CUDA is here but the backend rule still chose gloo."""
-    import warnings
-
     import torch
 
     if torch.cuda.is_available():

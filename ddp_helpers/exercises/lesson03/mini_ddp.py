@@ -16,9 +16,11 @@ sizes, and compares the gradients bit for bit.
 
 from __future__ import annotations
 
+import inspect
 import time
 
 from ...i18n import messages
+from ...launcher import launch
 from ..kit import Exercise, Listed, Mistake, Phrase, Wrong, process_group, run_on_ranks
 from ..space import CHECK_SEED, Space, on_hidden_seeds, trying
 
@@ -319,8 +321,6 @@ class _Spy:
         return gather
 
     def __call__(self, tensor, *args, **kwargs):
-        import inspect
-
         bound = inspect.signature(self._real).bind(tensor, *args, **kwargs)
         call = {"start": time.perf_counter(), "size": tensor.numel(), "end": None}
         call["async"] = bool(bound.arguments.get("async_op", False))
@@ -610,8 +610,6 @@ def _check_mini_ddp(cls, seed: int = CHECK_SEED) -> Phrase:
 
 def mini_ddp_timeline(cls=MiniDDP, hidden: int = 1024, layers: int = 6, bucket_mb: float = 4.0):
     """Per rank of 2: when backward ran and each bucket's all_reduce started and ended."""
-    from ...launcher import launch
-
     return list(launch(_timeline_rank, cls, hidden, layers, bucket_mb, nprocs=2, timeout=120))
 
 

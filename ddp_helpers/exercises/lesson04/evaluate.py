@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 from ... import i18n
 from ...i18n import messages
 from ..devices import made_off_device
@@ -236,8 +238,6 @@ def _train_a_step(model, rank: int, step: int) -> None:
 
 def _count_alone(module, dataset) -> int:
     """What one process counts with this module's weights and statistics, in eval mode."""
-    import copy
-
     import torch
 
     alone = copy.deepcopy(module).eval()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+
 from ...i18n import messages
 from ..devices import made_off_device
 from ..kit import (
@@ -14,6 +17,7 @@ from ..kit import (
     rank_mistakes,
     run_on_ranks,
 )
+from ..races import unwaited, waits_required
 from ..space import CHECK_SEED, Space, on_hidden_seeds, trying
 
 MESSAGES = messages(
@@ -202,9 +206,6 @@ def _spy_on_all_gather():
     """Before each all_gather (or all_gather_into_tensor, all_gather_single), compare the
     ranks' sizes: unequal, every rank raises alike (gloo itself would abort one rank or hang
     the others)."""
-    import functools
-    import inspect
-
     import torch
     import torch.distributed as dist
 
@@ -253,8 +254,6 @@ def _gather_harness(fn, calls):
     an async collective's result landing only where it waits for it (races.py); then the
     off-device probe on the last call's values."""
     import torch.distributed as dist
-
-    from ..races import unwaited, waits_required
 
     with process_group():
         rank, records = dist.get_rank(), []

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import functools
+import io
+import operator
 import os
+import random
 import sys
 
 from ...i18n import messages
@@ -113,8 +116,6 @@ class LoadDeviceText(Touchpoint):
         (a machine without CUDA, or with fewer GPUs). torch is told, not asked: asking the
         CUDA driver here would keep every rank forked from this process from using CUDA.
         """
-        import io
-
         import torch
 
         saved = io.BytesIO()
@@ -216,8 +217,6 @@ def _as_int(value):
 
     5.9 or "5" is not an epoch `range()` takes; an object equal to everything is not one.
     """
-    import operator
-
     try:
         return operator.index(value)
     except TypeError:
@@ -253,8 +252,6 @@ SPACE = Space(
 
 def _draws(seed: int) -> list[tuple[int, int, tuple[int, int], str]]:
     """(ranks, machines, the two checkpoints' epochs, dtype) of each run for this seed."""
-    import random
-
     dtypes = SPACE.values("dtypes")
     draw = random.Random(f"4.6/{seed}")
     return [

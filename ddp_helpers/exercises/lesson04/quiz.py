@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from ...i18n import messages
 from ..kit import (
     Exercise,
@@ -74,8 +76,6 @@ def quiz_answers():
 
 def _letter(answer) -> str:
     """'b' for 'b', 'B', 'b)', '(b)' or 'b.': an answer in the form the prompt prints it."""
-    import re
-
     text = str(answer).strip().lower()
     found = re.fullmatch(r"\(?([a-z])[).:]?", text)
     return found.group(1) if found else text

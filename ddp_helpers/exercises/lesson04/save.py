@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
+import random
+import time
 
 from ...i18n import messages
 from ..devices import collectives, made_off_device
@@ -232,8 +235,6 @@ def _collectives_counted(store, rank: int, world: int, counts: dict):
     rank it waits with: counts[peer] on rank 0, counts[0] on a peer, which also writes its
     count to the store first (`entered/<rank>`). A peer's async call counts where it is
     waited for, rank 0's where it is made."""
-    import inspect
-
     import torch.distributed as dist
 
     real = {name: getattr(dist, name) for name in collectives()}
@@ -277,7 +278,6 @@ def _peers_settled(store, peers, counts: dict, call: int) -> list[int]:
     far with it, where it waits for rank 0 itself; then the peers that had returned. Certain,
     whatever the machine's load: a peer in such a call cannot leave it before rank 0 makes
     its own, after its save; a call that does not wait for rank 0 is not counted."""
-    import time
 
     def state(peer):
         if store.check([f"{_SAVE_KEYS}went_on/{call}/{peer}"]):
@@ -469,8 +469,6 @@ SPACE = Space(
 
 def _draws(seed: int) -> list[tuple[int, int, tuple[int, int], str]]:
     """(ranks, machines, the two calls' epochs, dtype) of each run for this seed."""
-    import random
-
     dtypes = SPACE.values("dtypes")
     draw = random.Random(f"4.5/{seed}")
     return [

@@ -6,7 +6,11 @@ weights to within TOLERANCE (why not bit for bit: TOLERANCE's comment)."""
 
 from __future__ import annotations
 
+import json
+import random
+
 from ...i18n import messages
+from ...launcher.plain import shown, to_plain
 from ..kit import (
     Exercise,
     Mistake,
@@ -208,8 +212,6 @@ SPACE = Space(
 def _draws(seed: int) -> list[tuple[int, str, list[dict]]]:
     """(world, dtype, [the two calls' model and batches]) of each launch for this seed: the
     two calls in one process differ in depth and width."""
-    import random
-
     draw = random.Random(f"5.2/{seed}")
     runs = []
     for i, world in enumerate(WORLDS):
@@ -302,8 +304,6 @@ class _Watch:
 def _everyone(tag: str, mine: dict) -> list[dict]:
     """Every rank's `mine`, exchanged through the group's store, not a collective: a rank
     that the answer left inside a collective cannot be matched with the check's own."""
-    import json
-
     import torch.distributed as dist
 
     store = dist.distributed_c10d._get_default_store()
@@ -381,8 +381,6 @@ def _trained(model, mesh, optimizers, losses, watch, case, dtype, batches) -> di
     import torch
     from torch.distributed.fsdp import FSDPModule
     from torch.distributed.tensor import DTensor
-
-    from ...launcher.plain import to_plain
 
     params = dict(model.named_parameters())
     sharded = {n for n, p in params.items() if isinstance(p, DTensor)}
@@ -539,8 +537,6 @@ def _judge_optimizer(record: dict) -> None:
 
 
 def _judge_losses(record: dict, rank: int, case: dict) -> None:
-    from ...launcher.plain import shown
-
     got, want, eps = record["losses"], record["ref_losses"], record["eps"]
     floats = isinstance(got, (list, tuple)) and all(isinstance(x, float) for x in got)
     if not floats or len(got) != len(want):

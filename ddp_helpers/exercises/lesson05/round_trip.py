@@ -12,6 +12,8 @@ module imports the other's."""
 from __future__ import annotations
 
 import os
+import random
+import re
 
 from ...i18n import messages
 from ..kit import Exercise, Phrase, process_group, rank_folders, run_on_ranks
@@ -106,8 +108,6 @@ SPACE = Space(
 def draws(exercise: str, seed: int) -> tuple[tuple[int, int], list[dict]]:
     """((ranks that save, ranks that load), the two calls' models) for this seed: 2 then 3,
     or 3 then 2, and two models in one process that differ in depth, width and dtype."""
-    import random
-
     draw = random.Random(f"{exercise}/{seed}")
     worlds = (2, 3) if seed % 2 == 0 else (3, 2)
     depths, widths = draw.sample(DEPTHS, 2), draw.sample(WIDTHS, 2)
@@ -295,8 +295,6 @@ def _tensors_in(state, name: str = "") -> list:
 
 def _dcp_layout(path: str, model) -> dict | None:
     """A DCP checkpoint at path: what keeps the course's load from reading it, or None."""
-    import re
-
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 

@@ -19,6 +19,9 @@ no gradient reduced again in step(), and the optimizer state each rank holds, me
 
 from __future__ import annotations
 
+import os
+import random
+
 from ...i18n import messages
 from ..devices import collectives, made_off_device
 from ..kit import (
@@ -398,8 +401,6 @@ def _zero_harness(cls, cases: list[dict], steps: int) -> dict:
     (both in this process), what each one's make_optimizer was given (shared among the ranks:
     where the shards are no partition, no step is taken, on any rank), then `steps` steps of
     every case in turn, each judged against the reference here; last, the off-device probe."""
-    import os
-
     import torch.distributed as dist
 
     with process_group():
@@ -685,8 +686,6 @@ RUN_TIME = 45.0
 
 def _draws(seed: int) -> list[tuple[int, int, int, list[dict]]]:
     """(ranks, machines, steps, the two cases) of each run for this seed."""
-    import random
-
     draw = random.Random(f"5.1/{seed}")
     steps, runs = draw.choice(STEPS), []
     for i, (ranks, machines) in enumerate(ZERO_RUNS):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import time
 import uuid
@@ -194,8 +195,6 @@ class Cgroup2(_Cgroups):
     def _remove(path: Path, deadline: float) -> bool:
         """Wait for `populated 0` in cgroup.events (the kernel wakes a poller on each change
         of it), then rmdir once."""
-        import select
-
         events = path / "cgroup.events"
         try:
             fd = os.open(events, os.O_RDONLY)

@@ -24,6 +24,7 @@ import functools
 import os
 import re
 import shutil
+import site
 import subprocess
 import sys
 import time
@@ -35,6 +36,7 @@ from pathlib import Path
 from ...entry_points import CONFINE
 from ...i18n import messages
 from ...paths import PACKAGE  # ddp_helpers/, the course's own code
+from ...procs import kill_descendants, with_this_package
 from ..defaults import DEFAULT_DISK, DEFAULT_TASKS
 from ..folders import WorkFolders
 from .limits import MECHANISMS, SEEN, Limits, first_usable
@@ -171,26 +173,33 @@ class Confinement:
         return cls(**dict(data, pass_env=tuple(data.get("pass_env", ()))))
 
 
-def choose(
-    sandbox: bool | None,
-    memory: int | None,
-    tasks: int | None,
-    threads: int = 1,
-    pass_env: Iterable[str] = (),
-    limits: str | None = None,
-    disk: int | None = None,
-) -> Confinement:
+@dataclass(frozen=True)
+class ConfinementRequest:
+    """What a grading run asks of its confinement (the grade command's options), before
+    choose() checks it here and makes it a Confinement."""
+
+    sandbox: bool | None = None  # None: where bubblewrap can run; True: it or an error; False: none
+    memory: int | None = None  # bytes, per submission
+    tasks: int | None = None  # processes and threads, per submission; None: DEFAULT_TASKS
+    threads: int = 1  # CPU threads per process
+    pass_env: tuple[str, ...] = ()  # the grader's variables a submission keeps
+    limits: str | None = None  # how its limits are held (LIMITS); None: what works here
+    disk: int | None = None  # bytes a submission may write; None: DEFAULT_DISK
+
+
+def choose(request: ConfinementRequest) -> Confinement:
     """The confinement asked for, checked now: a SandboxError or ValueError before anything
     is graded. sandbox=None: the sandbox where it can run here (else fallback_note() says
     why not); True: the sandbox or a SandboxError; False: no sandbox. `limits` forces how
     the limits are held (LIMITS; default: the first of them that works here)."""
+    sandbox, tasks, limits = request.sandbox, request.tasks, request.limits
     if limits is not None and limits not in LIMITS:
         raise ValueError(
             INSTRUCTOR_TEXT["bad_limits"].format(value=limits, known=", ".join(LIMITS))
         )
     if tasks is not None and tasks < 16:
         raise ValueError(INSTRUCTOR_TEXT["bad_tasks"].format(value=tasks))
-    pass_env = tuple(dict.fromkeys(pass_env))
+    pass_env = tuple(dict.fromkeys(request.pass_env))
     check_passed(pass_env, os.environ)
     problem = bwrap_problem() if sandbox is not False else None
     if sandbox and problem is not None:
@@ -198,8 +207,15 @@ def choose(
         raise SandboxError(INSTRUCTOR_TEXT[kind].format(error=error))
     mechanism = limits or first_usable()
     boxed = sandbox is not False and problem is None
-    tasks = tasks or DEFAULT_TASKS
-    return Confinement(boxed, memory, tasks, threads, mechanism, pass_env, disk or DEFAULT_DISK)
+    return Confinement(
+        boxed,
+        request.memory,
+        tasks or DEFAULT_TASKS,
+        request.threads,
+        mechanism,
+        pass_env,
+        request.disk or DEFAULT_DISK,
+    )
 
 
 @functools.cache
@@ -292,8 +308,6 @@ def submission_environment(
 ) -> dict[str, str]:
     """The environment of a submission's processes: the allow-listed part of `environ`, the
     names conf.pass_env gives, and what is set for every submission."""
-    from ...procs import with_this_package
-
     env = {
         name: value
         for name, value in environ.items()
@@ -311,8 +325,6 @@ def submission_environment(
 
 def _user_base() -> str | None:
     """The base of the grader's user site (`pip install --user`), where its Python uses one."""
-    import site
-
     if site.ENABLE_USER_SITE and os.path.isdir(site.getusersitepackages()):
         return site.getuserbase()
     return None
@@ -401,8 +413,6 @@ class Cage:
         if self.watched_hit is None:
             self.watched_hit = self._count_tasks() or self._measure_disk()
             if self.watched_hit is not None:
-                from ...procs import kill_descendants
-
                 kill_descendants()
         return self.watched_hit is not None
 
@@ -520,8 +530,6 @@ def _python_paths() -> list[str]:
     Not the folder the package sits in: the course's other files, and submissions an
     instructor keeps beside it, stay out of the sandbox.
     """
-    import site
-
     paths = {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, sys.exec_prefix)}
     paths.update(os.path.realpath(p) for p in site.getsitepackages() if os.path.isdir(p))
     if _user_base() is not None:

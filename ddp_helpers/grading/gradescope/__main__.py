@@ -3,6 +3,7 @@ side of setup.sh and run_autograder in Gradescope's image (image.py, run.py)."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from pathlib import Path
@@ -13,8 +14,6 @@ from .run import run
 
 
 def main(argv: list[str]) -> int:
-    import argparse
-
     parser = argparse.ArgumentParser(
         prog="python -m ddp_helpers.grading.gradescope",
         description="The Python side of setup.sh and run_autograder in Gradescope's image.",

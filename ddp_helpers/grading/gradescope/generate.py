@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ...exercises import notebook_name
 from ...files import replaced_whole
+from ...paths import PACKAGE, ROOT
 from ...versions import release, requirement_lines
 from ..defaults import DEFAULT_TIMEOUT, DEFAULT_VISIBILITY, DEFAULT_ZIP
 from .config import CONFIG, DISTRIBUTION, SKIP, TORCH_INDEX, AutograderError
@@ -50,12 +51,9 @@ INSTRUCTOR_TEXT = {
 
 
 def _project_root() -> Path:
-    from ...paths import PACKAGE as package
-    from ...paths import ROOT as root
-
-    if not (root / "pyproject.toml").is_file():
-        raise AutograderError(INSTRUCTOR_TEXT["no_project"].format(package=package))
-    return root
+    if not (ROOT / "pyproject.toml").is_file():
+        raise AutograderError(INSTRUCTOR_TEXT["no_project"].format(package=PACKAGE))
+    return ROOT
 
 
 def _build_wheel(root: Path, tmp: Path) -> Path:

@@ -5,9 +5,12 @@ that run_autograder uses."""
 from __future__ import annotations
 
 import importlib
+import platform
 import sys
 from pathlib import Path
 
+from ...exercises import exercises_of
+from ...versions import torch_release
 from .config import TORCH_INDEX, AutograderError, read_config
 
 INSTRUCTOR_TEXT = {
@@ -35,10 +38,7 @@ INSTRUCTOR_TEXT = {
 def finish_setup(source: Path) -> str:
     """setup.sh's check: the package and torch it pins, the grader's modules; then record
     this Python for run_autograder (source/python). Returns the line that says so."""
-    import platform
     from importlib.metadata import version
-
-    from ...exercises import exercises_of
 
     config = read_config(source)
     found = version(config["distribution"])
@@ -56,8 +56,6 @@ def finish_setup(source: Path) -> str:
                 INSTRUCTOR_TEXT["missing_module"].format(module=module, error=exc)
             ) from None
     import torch
-
-    from ...versions import torch_release
 
     if torch_release() != config["torch"]:
         raise AutograderError(

@@ -61,6 +61,7 @@ def run(root: Path) -> int:
     """Grade root/submission into root/results/results.json; 0, or 2 with the error said."""
     from ..api import run_batch
     from ..budget import TimeBudget
+    from ..confinement.sandbox import ConfinementRequest
     from ..orchestration.batch import GradeOptions
     from ..orchestration.submissions import GradingError
     from ..outputs.gradescope_json import write_results
@@ -87,7 +88,7 @@ def run(root: Path) -> int:
             lesson=config["lesson"],
             gradescope=results,
             hidden_visibility=config["hidden_visibility"],
-            sandbox=False,  # Gradescope's container is the sandbox
+            request=ConfinementRequest(sandbox=False),  # Gradescope's container is the sandbox
         )
         try:
             run_batch([str(notebook)], options)

@@ -19,14 +19,15 @@ from ... import i18n
 from ...files import remove_tree
 from ...i18n import messages
 from ..budget import TICKS, TimeBudget
-from ..confinement.sandbox import Confinement
+from ..confinement.sandbox import Confinement, ConfinementRequest
 from ..defaults import DEFAULT_OUT, DEFAULT_VISIBILITY
-from ..outputs.reports import Progress, feedback_names, in_order, summary
+from ..outputs.reports import columns_for, feedback_names, in_order, summary
 from ..outputs.writers import ClassReport, FeedbackFiles, GradescopeResults, GradesCsv, Output
 from ..results import Event, Row, Status, Submission
 from . import dispatch
 from .overwrites import refuse_overwrites
-from .submissions import columns_for, find_submissions
+from .progress import Progress
+from .submissions import find_submissions
 
 # What the learner's feedback says about a second try: in the submission's language.
 RETRY_MESSAGES = messages(
@@ -83,13 +84,7 @@ class GradeOptions:
     student_from: re.Pattern | None = None  # finds the student in each submission's path
     report: str | Path | None = None  # the class report, an HTML file
     # What run_batch asks sandbox.choose for, when `confinement` is not given already:
-    sandbox: bool | None = None  # None: where bubblewrap can run; True: it or an error; False: none
-    memory: int | None = None  # bytes, per submission
-    tasks: int | None = None  # processes and threads, per submission
-    threads: int = 1  # CPU threads per process
-    pass_env: tuple[str, ...] = ()  # variables a submission keeps
-    limits: str | None = None  # how its limits are held (sandbox.LIMITS); None: what works here
-    disk: int | None = None  # bytes a submission may write; None: defaults.DEFAULT_DISK
+    request: ConfinementRequest = ConfinementRequest()
 
 
 class Batch:

@@ -17,6 +17,7 @@ import time
 
 from ... import i18n
 from ...entry_points import WORKER
+from ...exercises import exercises_of
 from ...exercises.verdicts import CheckStatus
 from ...i18n import messages
 from ...procs import PIPE_WAIT, Reaper, describe_exit, supervise, with_this_package
@@ -61,8 +62,6 @@ def grade_one(
 
 
 def _grade_one(sub, budget: TimeBudget, cancel, tmp_root, confinement) -> Row:
-    from ...exercises import exercises_of
-
     if sub.problem is not None:
         return Row.invalid(sub)
     started = time.monotonic()

@@ -9,7 +9,6 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from ...exercises import exercises_of
 from ...paths import ROOT
 from ..notebooks import lesson_and_language
 from ..results import Submission
@@ -134,9 +133,3 @@ def student_pattern(text: str) -> re.Pattern:
         return re.compile(text)
     except re.error as exc:
         raise ValueError(INSTRUCTOR_TEXT["bad_pattern"].format(pattern=text, error=exc)) from None
-
-
-def columns_for(subs: list[Submission]) -> list[tuple[str, str]]:
-    """(lesson, column name) of every exercise of the lessons in the batch, in order."""
-    lessons = sorted({s.lesson for s in subs if s.lesson and s.problem is None})
-    return [(lesson, f"{ex.id} {ex.name}") for lesson in lessons for ex in exercises_of(lesson)]

@@ -18,6 +18,7 @@ from collections import Counter
 from functools import cache
 from pathlib import Path
 
+from ...exercises import exercises_of
 from ...exercises.texts import Texts, status_names
 from ...exercises.verdicts import CheckStatus, colour
 from ...files import replaced_whole
@@ -38,8 +39,6 @@ MESSAGES = messages("grading.class_report", {"title": "Class report"})
 @cache
 def _texts(lesson: str) -> dict[str, Texts]:
     """Each exercise of a lesson's text, by exercise id."""
-    from ...exercises import exercises_of
-
     return {ex.id: ex.texts for ex in exercises_of(lesson)}
 
 

@@ -1,23 +1,23 @@
-"""What grading writes: the CSV, one feedback file per learner, the progress and the summary."""
+"""What grading writes: the CSV (its columns, its rows), one feedback file per learner, the
+summary."""
 
 from __future__ import annotations
 
 import hashlib
 import re
-import time
 from pathlib import Path
 
 from ... import i18n
+from ...exercises import exercises_of
 from ...exercises.texts import status_names
 from ...exercises.verdicts import mark
 from ...files import replaced_whole
 from ..results import STATUSES, Row, Status, Submission
 from ..words import FEEDBACK
-from .escape import code_block, csv_cell, line, markdown, markdown_fill, printable
+from .escape import code_block, csv_cell, markdown, markdown_fill
 
-# What the instructor reads (the batch's progress lines and summary): English only.
+# What the instructor reads (the batch's summary): English only.
 INSTRUCTOR_TEXT = {
-    "line": "[{done:>{width}}/{total}] {status:<8} {points:>5}  {seconds:5.1f} s  {submission}",
     "summary_head": (
         "Graded {count} submission{s} in {wall:.0f} s ({per:.1f} s per notebook run, "
         "{jobs} at a time)."
@@ -39,6 +39,12 @@ def in_order(rows: list[Row], subs: list[Submission]) -> list[Row]:
 
 # After the points of every exercise, so that each column before them stays where it was.
 MISTAKE_COLUMN = "{column} mistake"
+
+
+def columns_for(subs: list[Submission]) -> list[tuple[str, str]]:
+    """(lesson, column name) of every exercise of the lessons in the batch, in order."""
+    lessons = sorted({s.lesson for s in subs if s.lesson and s.problem is None})
+    return [(lesson, f"{ex.id} {ex.name}") for lesson in lessons for ex in exercises_of(lesson)]
 
 
 def csv_header(columns: list[tuple[str, str]]) -> list[str]:
@@ -68,7 +74,7 @@ def csv_cells(row: Row, columns: list[tuple[str, str]]) -> list:
     return [csv_cell(cell) for cell in cells]
 
 
-# ---------------------------------------------------------------- the summary and progress
+# ---------------------------------------------------------------- the summary
 
 
 def summary(rows: list[Row], columns, wall: float, jobs: int) -> list[str]:
@@ -108,62 +114,6 @@ def summary(rows: list[Row], columns, wall: float, jobs: int) -> list[str]:
                 )
             )
     return lines
-
-
-class Progress:
-    """A line per finished submission; on a terminal, a bar below them as well."""
-
-    def __init__(self, total: int, stream):
-        self.total, self.stream, self.done_count, self.running = total, stream, 0, 0
-        self.started = time.monotonic()
-        self.tty = bool(getattr(stream, "isatty", lambda: False)())
-        self.counts = dict.fromkeys(STATUSES, 0)
-
-    def say(self, text: str) -> None:
-        """Lines for the instructor (what they name may be a learner's: made printable)."""
-        self._clear()
-        print(printable(text), file=self.stream, flush=True)
-
-    def finished(self, row: Row) -> None:
-        self.done_count += 1
-        self.counts[row.status.value] += 1
-        points = f"{row.points}/{row.max_points}" if row.max_points is not None else "-"
-        self._clear()
-        print(
-            INSTRUCTOR_TEXT["line"].format(
-                done=self.done_count,
-                width=len(str(self.total)),
-                total=self.total,
-                status=row.status.value,
-                points=points,
-                seconds=row.seconds,
-                submission=line(row.submission.name),
-            ),
-            file=self.stream,
-            flush=True,
-        )
-        self.tick()
-
-    def bar(self, width: int = 30) -> str:
-        filled = round(width * self.done_count / self.total) if self.total else width
-        counts = " ".join(f"{s} {n}" for s, n in self.counts.items() if n)
-        return (
-            f"[{'#' * filled}{'.' * (width - filled)}] {self.done_count}/{self.total} "
-            f"· {self.running} running · {time.monotonic() - self.started:.0f} s"
-            + (f" · {counts}" if counts else "")
-        )
-
-    def tick(self) -> None:
-        if self.tty:
-            self.stream.write("\r\x1b[K" + self.bar())
-            self.stream.flush()
-
-    def _clear(self) -> None:
-        if self.tty:
-            self.stream.write("\r\x1b[K")
-
-    def done(self) -> None:
-        self._clear()
 
 
 # ---------------------------------------------------------------- feedback

@@ -19,6 +19,7 @@ import sys
 import time
 
 from ... import i18n
+from ...exercises import exercises_of
 from ...files import remove_tree
 from ...i18n import messages
 from ...procs import Reaper, become_subreaper, die_with_parent, kill_descendants, undumpable
@@ -242,8 +243,6 @@ def run_and_score(
 def _run_and_score(
     path: str, lesson: str, budget: TimeBudget, confinement: Confinement | None
 ) -> Outcome:
-    from ...exercises import exercises_of
-
     become_subreaper()
     _stop_with_the_grader()
     confinement = confinement or Confinement()

@@ -33,9 +33,11 @@ import tempfile
 import time
 
 from ...entry_points import SCORER
+from ...exercises import LESSONS, builds_ddp, exercises_of
 from ...exercises.answer import Answer
 from ...exercises.verdicts import CheckStatus, Hidden
 from ...files import TooBig, read_capped, remove_tree
+from ...launcher import client
 from ...launcher.plain import load_restricted
 from ...procs import Reaper, describe_exit, supervise, undumpable
 from ..folders import WorkFolders
@@ -105,8 +107,6 @@ def course_global(payload: bytes, references: set[tuple[str, str]]) -> bool:
 
 
 def _references() -> set[tuple[str, str]]:
-    from ...exercises import LESSONS, exercises_of
-
     return {
         name for lesson in LESSONS for ex in exercises_of(lesson) for name in ex.reference_names()
     }
@@ -143,14 +143,9 @@ def _score_one(ex, entry, unreadable: str | None, references) -> dict:
 def score_answers(answers_path: str, lesson: str, ids: list[str], out, seal: str = "") -> None:
     """In the scorer process: each exercise's result as JSON lines on `out`, each after
     `seal` and a space."""
-    from ...exercises import exercises_of
-
     exercises = {ex.id: ex for ex in exercises_of(lesson)}
     found, unreadable = load_answers(answers_path)
     if any(kind == "ok" for kind, _ in found.values()):
-        from ...exercises import builds_ddp
-        from ...launcher import client
-
         if builds_ddp(lesson):
             client.expect_ddp()  # the checks build DDP models: the helper warms up for them
         client.start()  # the launcher imports torch while the checks get ready
@@ -176,8 +171,6 @@ def score(
     the rest. The caller is a subreaper, so whatever a scorer started is found and killed.
     `env` is the scorers' whole environment (the worker's is sandbox.Cage.env).
     """
-    from ...exercises import exercises_of
-
     exercises = exercises_of(lesson)
     asked = {ex.id: ex for ex in exercises}
     limits = {ex.id: limit(ex) if callable(limit) else float(limit) for ex in exercises}
@@ -204,8 +197,6 @@ def _run_scorer(folders: WorkFolders, lesson, ids, env, limits, results, cage) -
     """One scorer process for `ids`, its results put into `results`: (exercise, kind, why)
     if it hung, died or said what it may not, else (None, None, ""). Nothing it started is
     left."""
-    from ...exercises import exercises_of
-
     reaper = Reaper(orphans=True)  # what it leaves may outlive it: our children, as orphans
     read_fd, write_fd = os.pipe()
     # -P: nothing the notebook wrote into a folder can shadow a module here.
@@ -370,7 +361,6 @@ def main(argv: list[str]) -> int:
     answers_path, lesson, fd, *ids = argv
     os.set_inheritable(int(fd), False)  # no program a check starts gets the result pipe
     settings = json.loads(sys.stdin.read())
-    from ...launcher import client
 
     client.confine(settings["confine"])
     with os.fdopen(int(fd), "w") as out:
