@@ -46,14 +46,19 @@ KERNEL = ("torch", "ipykernel", "ipython", "jupyter-client", "jupyter-core", "py
 FAULT_TESTS = (  # copied into one folder, where they import support as in tests/
     "conftest.py",
     "support.py",
+    "cluster/slurm.py",  # conftest.py's SLURM fixture (kept in its folder: cluster.slurm)
     "launcher/test_faults.py",
     "launcher/test_failures.py",
+    "launcher/test_output.py",
+    "launcher/test_run.py",
+    "launcher/test_tracebacks.py",
     "test_torch_compat.py",
     "exercises/test_load_device_text.py",
 )
 # The claims suite (tests/claims): what the lessons say of torch, shown on this torch.
 CLAIMS_TESTS = tuple(
-    f"test_claims_{name}.py" for name in ("basics", "collectives", "ddp", "torchrun", "training")
+    f"test_claims_{name}.py"
+    for name in ("basics", "collectives", "ddp", "torchrun", "training", "sharding", "compile")
 )
 PIP_TIMEOUT = 1800  # a cold cache downloads several GB
 PREVIOUS = "2.12"  # the release line before the lock's torch (2.13)
@@ -354,7 +359,9 @@ def run_fault_tests(e: Environment, py: Path, work: Path, env: dict) -> None:
     folder = work / f"{e.name}-tests"
     (folder / "tests").mkdir(parents=True)
     for name in FAULT_TESTS:
-        shutil.copy(ROOT / "tests" / name, folder / "tests" / Path(name).name)
+        to = folder / "tests" / (name if name.startswith("cluster/") else Path(name).name)
+        to.parent.mkdir(exist_ok=True)
+        shutil.copy(ROOT / "tests" / name, to)
     run([str(py), "-m", "pip", "install", "-q", "pytest"], env)
     t0 = time.monotonic()
     cmd = [str(py), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "tests"]

@@ -316,7 +316,10 @@ def _backend_ops(prof, world: int) -> list[dict]:
         if not event.name.startswith(prefix):
             continue
         op = _op_of(event.name.removeprefix(prefix))
-        size = _element_size(event.input_dtypes[0])
+        # torch 2.8 (make compat's oldest) records shapes but no dtypes: the demo's tensors
+        # there are float32, as the table says.
+        dtypes = getattr(event, "input_dtypes", None)
+        size = _element_size(dtypes[0]) if dtypes else _element_size("float")
         nbytes = sum(math.prod(shape) for shape in event.input_shapes if shape) * size
         ops.append({"op": op, "bytes": nbytes * (world if op == "all_gather" else 1)})
     return ops
