@@ -34,7 +34,6 @@ MARKS: dict[str, tuple[str, ...]] = {
     "tests/exercises/drawn/": ("e2e",),  # each check on its ranks, over its declared space
     "tests/exercises/test_answers.py": ("e2e",),
     "tests/exercises/test_capstone.py": ("e2e",),
-    "tests/exercises/test_checks.py": ("e2e",),
     "tests/exercises/test_earlier_first.py": ("e2e",),
     "tests/exercises/test_exercises.py": ("e2e",),
     "tests/exercises/test_spaces.py": ("e2e",),

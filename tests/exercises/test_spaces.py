@@ -17,7 +17,7 @@ from collections import defaultdict
 
 import pytest
 
-from ddp_helpers.exercises import LESSONS, exercises_of
+from ddp_helpers.exercises import LESSONS, exercises_of, running
 from ddp_helpers.exercises.space import AXES, Space
 
 EXERCISES = [ex for lesson in LESSONS for ex in exercises_of(lesson)]
@@ -190,14 +190,32 @@ def _calls(log) -> list[dict]:
 SEEN_AXES = ("world", "machines", "calls", "dtypes", "model", "lengths")
 
 
+def test_every_exercises_reference_is_a_function_the_next_test_can_watch():
+    assert [e.id for e in EXERCISES if not callable(e.reference)] == []
+
+
 @pytest.mark.parametrize("ex", [e for e in EXERCISES if callable(e.reference)], ids=lambda e: e.id)
-def test_what_an_exercise_draws_is_seen_drawn(ex, tmp_path):
+def test_what_an_exercise_draws_is_seen_drawn(ex, tmp_path, monkeypatch):
     space = ex.space
     log = str(tmp_path / "calls.jsonl")
     answer = _watching(ex.reference, log, space.world_from)
-    assert ex.evaluate(answer).passed, ex.evaluate(answer).message
+    launches = []
+    real = running._launched
+
+    def watched(harness, answer, args, nprocs, nnodes, timeout):
+        launches.append(timeout)
+        return real(harness, answer, args, nprocs, nnodes, timeout)
+
+    monkeypatch.setattr(running, "_launched", watched)
+    result = ex.evaluate(answer)
+    assert result.passed, result.message
     if ex._hidden is not None:
         assert ex._run(ex._hidden, answer).passed
+    # What the grader's budget reads (TimeBudget.check), held on the same runs: every case
+    # goes through run_on_ranks or run_answer, and a launch waits at most the declared time
+    # before it names a hang.
+    assert launches, "every check runs the answer through run_on_ranks or run_answer"
+    assert max(launches) <= ex.hang_timeout, (launches, ex.hang_timeout)
     calls = _calls(log)
     assert calls, "the answer was never called"
     seen = {

@@ -1,8 +1,8 @@
 """Exercise 5.1's check, ZeRO-1 by hand (lesson05/zero.py), on its answers
 (tests/drawn_answers/ex_5_1.py).
 
-The sweep of tests/exercises/test_answers.py (with DRAWN), test_spaces.py and
-test_checks.py hold 5.1 as every exercise; this file holds what is its own: where each
+The sweep of tests/exercises/test_answers.py (with DRAWN) and test_spaces.py hold 5.1
+as every exercise; this file holds what is its own: where each
 mistake showed, what its message says of its answer, and how an answer that raises, or is
 still the stub, is shown."""
 
@@ -40,7 +40,7 @@ def _nothing():
 @pytest.fixture(scope="module")
 def warm():
     """The launcher's helper started and warmed for DDP once, as after a notebook's first
-    launch (as test_checks.py's warm_launcher)."""
+    launch."""
     from ddp_helpers import launch
     from ddp_helpers.launcher import client
 

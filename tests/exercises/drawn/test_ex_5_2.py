@@ -2,7 +2,7 @@
 each wrong one named by its mistake, with where it showed and what its message says true of
 it; the right ones, written other ways, pass, the grader's extra cases included.
 
-The course-wide tests (test_answers.py's sweep, test_spaces.py, test_checks.py) hold 5.2 as
+The course-wide tests (test_answers.py's sweep, test_spaces.py) hold 5.2 as
 every exercise; this file holds what is its own."""
 
 from __future__ import annotations
