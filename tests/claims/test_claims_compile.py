@@ -17,11 +17,12 @@ import json
 import shutil
 
 import pytest
-from claims_support import plain_job
+from claims_support import RANK_RECORDS, plain_job
 
 from ddp_helpers.paths import ROOT
 
-JOB = r"""
+JOB = (
+    r"""
 import json
 import os
 import sys
@@ -29,23 +30,9 @@ import sys
 OUT, ROOT, CACHE = sys.argv[1], sys.argv[2], sys.argv[3]
 os.environ["TORCHINDUCTOR_CACHE_DIR"] = CACHE  # a fresh cache: inductor builds, never reuses
 sys.path.insert(0, ROOT)
-rank, W = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-found = {}
-
-
-def keep(name, value):
-    found[name] = value
-    with open(f"{OUT}.{rank}", "w") as f:
-        json.dump(found, f)
-
-
-def said(call):
-    try:
-        call()
-        return "ran"
-    except Exception as exc:
-        return f"{type(exc).__name__}: {exc}"
-
+"""
+    + RANK_RECORDS
+    + r"""
 
 import torch
 import torch.distributed as dist
@@ -151,6 +138,7 @@ dist.destroy_process_group()
 sys.stdout.flush()
 os._exit(0)  # the gloo exit quirk (COURSE.md): a clean group, then no exit-time abort
 """
+)
 
 
 @pytest.fixture(scope="module")

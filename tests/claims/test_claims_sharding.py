@@ -16,13 +16,14 @@ import json
 import math
 
 import pytest
-from claims_support import plain_job
+from claims_support import RANK_RECORDS, plain_job
 
 from ddp_helpers.paths import ROOT
 
 # One script for both jobs: argv = OUT, ROOT, SAVED (where the 2-rank job wrote its
 # checkpoint: OUT itself on 2 ranks). What it finds on W ranks, fact by fact.
-JOB = r"""
+JOB = (
+    r"""
 import json
 import math
 import os
@@ -34,23 +35,9 @@ from datetime import timedelta
 
 OUT, ROOT, SAVED = sys.argv[1], sys.argv[2], sys.argv[3]
 sys.path.insert(0, ROOT)
-rank, W = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-found = {}
-
-
-def keep(name, value):
-    found[name] = value
-    with open(f"{OUT}.{rank}", "w") as f:
-        json.dump(found, f)
-
-
-def said(call):
-    try:
-        call()
-        return "ran"
-    except Exception as exc:
-        return f"{type(exc).__name__}: {exc}"
-
+"""
+    + RANK_RECORDS
+    + r"""
 
 import torch
 
@@ -568,6 +555,7 @@ dist.destroy_process_group()
 sys.stdout.flush()
 os._exit(0)  # the gloo exit quirk (COURSE.md): a clean group, then no exit-time abort
 """
+)
 
 
 def _job(folder, name: str, nprocs: int) -> dict:
