@@ -386,18 +386,27 @@ def run_claims(e: Environment, py: Path, work: Path, env: dict) -> None:
     proc = subprocess.run(
         [*cmd, "tests"], cwd=folder, env=env, capture_output=True, text=True, timeout=900
     )
-    failed = {
-        line.split()[1].split("::")[1].split("[")[0]
-        for line in proc.stdout.splitlines()
-        if line.startswith("FAILED ")
-    }
+    log = work / f"{e.name}-claims.log"
+    log.write_text(proc.stdout + proc.stderr)
+    failed = failures(proc.stdout)
     summary = (proc.stdout.strip().splitlines() or ["(no output)"])[-1]
-    e.figures["claims"] = summary
+    e.figures["claims"] = summary  # the whole output: {work}/<name>-claims.log, with --keep
     e.figures["claims_broken"] = [
-        f"{cell} ({claim})" for cell, claim, test in claim_rows() if test in failed
+        f"{cell} ({claim}): {failed[test]}" for cell, claim, test in claim_rows() if test in failed
     ]
     if proc.returncode not in (0, 1):  # 1: some claims fail, the finding; else pytest broke
         e.problems.append(f"claims suite: {summary}\n{proc.stdout[-2000:]}{proc.stderr[-1000:]}")
+
+
+def failures(output: str) -> dict[str, str]:
+    """pytest -rf's short summary: each failed test's name -> why (its first line, cut)."""
+    failed = {}
+    for line in output.splitlines():
+        if line.startswith("FAILED "):
+            test, _, why = line.removeprefix("FAILED ").partition(" - ")
+            name = test.split("::")[-1].split("[")[0]
+            failed.setdefault(name, why.strip()[:200] or "(no message)")
+    return failed
 
 
 def claim_rows() -> list[tuple[str, str, str]]:

@@ -73,9 +73,10 @@ from torch.distributed import distributed_c10d as c10d
 
 dist.init_process_group()  # no init_method (env://), no backend
 port = int(os.environ["MASTER_PORT"])
+me = psutil.Process()
+connections = getattr(me, "net_connections", None) or me.connections  # psutil 5.9: the latter
 listens = any(
-    c.laddr.port == port and c.status == psutil.CONN_LISTEN
-    for c in psutil.Process().net_connections("inet")
+    c.laddr.port == port and c.status == psutil.CONN_LISTEN for c in connections("inet")
 )
 seen = {
     "master_addr": os.environ["MASTER_ADDR"],

@@ -22,9 +22,10 @@ RANK = textwrap.dedent(
 
     dist.init_process_group("gloo")
     port = int(os.environ["MASTER_PORT"])
+    me = psutil.Process()
+    connections = getattr(me, "net_connections", None) or me.connections  # psutil 5.9: the latter
     listens = any(
-        c.laddr.port == port and c.status == psutil.CONN_LISTEN
-        for c in psutil.Process().net_connections("inet")
+        c.laddr.port == port and c.status == psutil.CONN_LISTEN for c in connections("inet")
     )
     with open(f"rank-{dist.get_rank()}.json", "w") as f:  # a file each: outputs interleave
         json.dump({
