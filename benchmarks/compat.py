@@ -58,7 +58,17 @@ FAULT_TESTS = (  # copied into one folder, where they import support as in tests
 # The claims suite (tests/claims): what the lessons say of torch, shown on this torch.
 CLAIMS_TESTS = tuple(
     f"test_claims_{name}.py"
-    for name in ("basics", "collectives", "ddp", "torchrun", "training", "sharding", "compile")
+    for name in (
+        "basics",
+        "collectives",
+        "ddp",
+        "guards",
+        "teardown",
+        "torchrun",
+        "training",
+        "sharding",
+        "compile",
+    )
 )
 PIP_TIMEOUT = 1800  # a cold cache downloads several GB
 PREVIOUS = "2.12"  # the release line before the lock's torch (2.13)
@@ -381,6 +391,9 @@ def run_claims(e: Environment, py: Path, work: Path, env: dict) -> None:
     (folder / "tests").mkdir(parents=True)
     for name in (*CLAIMS_TESTS, "claims_support.py"):
         shutil.copy(ROOT / "tests" / "claims" / name, folder / "tests" / name)
+    # The one marker the claims use (pyproject.toml declares it), or pytest warns at each.
+    ini = "[pytest]\nmarkers =\n    under_launcher(why): see pyproject.toml\n"
+    (folder / "pytest.ini").write_text(ini)
     run([str(py), "-m", "pip", "install", "-q", "pytest"], env)
     cmd = [str(py), "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider", "-o", "addopts="]
     proc = subprocess.run(
@@ -410,12 +423,15 @@ def failures(output: str) -> dict[str, str]:
 
 
 def claim_rows() -> list[tuple[str, str, str]]:
-    """(cell, claim, test name) of each row of docs/claims.md backed by a test."""
+    """(cell, claim, test name) of each row of docs/claims.md backed by a test (its
+    evidence may name a source or a measurement after the test: `test: ... + source: ...`)."""
     rows = []
     for line in (ROOT / "docs" / "claims.md").read_text().splitlines():
         cells = [c.strip() for c in line.strip("|").split(" | ")]
         if len(cells) == 4 and cells[3].startswith("test: "):
-            rows.append((cells[0], cells[2], cells[3].rpartition("::")[2]))
+            test = re.match(r"test: tests/claims/(\w+\.py)::(\w+)", cells[3])
+            if test and test.group(1) in CLAIMS_TESTS:
+                rows.append((cells[0], cells[2], test.group(2)))
     return rows
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..exercises import LESSONS, NOTEBOOKS, exercise_prefix, lesson_of_notebook, notebook_name
 from ..nbformat_quick import nbformat as _nbformat
-from ..paths import ROOT
+from ..paths import PACKAGE, ROOT
 from ..stubs import RegionError, Regions, stub_line
 from . import links, translations
 
@@ -34,6 +34,10 @@ AUTHOR_TEXT = {
         "LESSONS lists solutions/{name}, which does not exist: write it or drop the entry."
     ),
     "wrote": "wrote lessons/{name} ({regions} exercises)",
+    "script_stale": (
+        "lessons/{name} differs from ddp_helpers/demos/{name}, the copy the package ships "
+        "(and lesson 05 runs): edit that one, then run `python -m ddp_helpers build`."
+    ),
     "in_sync": "lessons/ is in sync with solutions/ ({count} notebooks)",
     "executed": "executed solutions/{name} in {seconds:.1f} s",
     "readme_stale": (
@@ -270,10 +274,30 @@ def build_lessons(
     for name in sorted((listed or set()) - names):
         problems.append(AUTHOR_TEXT["unwritten"].format(name=name))
     problems += _extra_notebooks(names, Path(solutions), Path(lessons), editions)
+    if own:
+        problems += _copy_scripts(Path(lessons), check)
     if readme is not None:
         problems += _build_readme(readme, repository, sorted(names), check)
     if check and not problems:
         print(AUTHOR_TEXT["in_sync"].format(count=len(names)))
+    return problems
+
+
+# Scripts a lesson runs, shipped in the package (an installed course has no lessons/ folder)
+# and copied into lessons/ for the learner to read and run from a checkout.
+SCRIPTS = ("fsdp_train.py",)
+
+
+def _copy_scripts(lessons: Path, check: bool) -> list[str]:
+    """lessons/<script> for each of SCRIPTS, the package's copy; [problem] with check=True."""
+    problems = []
+    for name in SCRIPTS:
+        text = (PACKAGE / "demos" / name).read_text(encoding="utf-8")
+        target = lessons / name
+        if check and target.exists() and target.read_text(encoding="utf-8") != text:
+            problems.append(AUTHOR_TEXT["script_stale"].format(name=name))
+        else:
+            problems += _write(target, text, check, name)
     return problems
 
 

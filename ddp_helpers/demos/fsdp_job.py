@@ -2,9 +2,12 @@
 the script is, the loopback setting for its ranks, and what of torchrun's report and of the
 snapshots the cells show.
 
-`lessons/fsdp_train.py` is the learner's to read and run; these helpers keep what is not the
-lesson out of its cells: torchrun's report without its times, host and process ids (which
-change every run), and two snapshots compared tensor by tensor.
+The script is this folder's `fsdp_train.py`, so that an installed package (Colab, Kaggle, a
+kernel of one's own, with no checkout beside it) has it too; `lessons/fsdp_train.py` is its
+copy for the learner to read and run (`python -m ddp_helpers build` writes it, `--check`
+finds it stale). These helpers keep what is not the lesson out of the cells: torchrun's
+report without its times, host and process ids (which change every run), and two snapshots
+compared tensor by tensor.
 """
 
 from __future__ import annotations
@@ -14,9 +17,9 @@ import socket
 import tempfile
 from pathlib import Path
 
-from ..paths import ROOT
+from ..paths import PACKAGE
 
-SCRIPT = ROOT / "lessons" / "fsdp_train.py"
+SCRIPT = PACKAGE / "demos" / "fsdp_train.py"  # lessons/fsdp_train.py is its copy
 # The lines of torchrun's ChildFailedError report a cell shows: its title, and the rank and
 # exit status of the failure it puts first (its root cause).
 _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):\n\[\d+\]:\n(.*?)\n=+", re.S)

@@ -347,3 +347,21 @@ def test_build_the_site_and_pace_number_the_regions_alike_across_cells():
     }
     counted = pace.count(nb).core
     assert counted.pasted == 1 and len(counted.exercise_minutes) == 3
+
+
+def test_a_script_a_lesson_runs_is_copied_into_lessons_and_a_stale_copy_is_named(tmp_path):
+    # The package ships lesson 05's fsdp_train.py (an installed course has no lessons/); the
+    # checkout's lessons/ holds the copy a learner reads and runs.
+    from ddp_helpers.authoring.build import _copy_scripts
+    from ddp_helpers.paths import PACKAGE, ROOT
+
+    shipped = (PACKAGE / "demos" / "fsdp_train.py").read_text()
+    assert (ROOT / "lessons" / "fsdp_train.py").read_text() == shipped
+    missing = "lessons/fsdp_train.py is missing: run `python -m ddp_helpers build`."
+    assert _copy_scripts(tmp_path, check=True) == [missing]
+    assert _copy_scripts(tmp_path, check=False) == []
+    assert (tmp_path / "fsdp_train.py").read_text() == shipped
+    assert _copy_scripts(tmp_path, check=True) == []
+    (tmp_path / "fsdp_train.py").write_text(shipped + "# edited in lessons/\n")
+    (problem,) = _copy_scripts(tmp_path, check=True)
+    assert "differs from ddp_helpers/demos/fsdp_train.py" in problem and "edit that one" in problem

@@ -191,6 +191,7 @@ def test_the_zip_holds_gradescopes_two_scripts_and_the_course_as_a_wheel(lesson0
     for script in ("setup.sh", "run_autograder"):
         assert gs.modes[script] & stat.S_IXUSR, f"{script} is not executable in the zip"
     assert "ddp_helpers/exercises/lesson04/evaluate.py" in gs.wheel_names  # its extra cases
+    assert "ddp_helpers/demos/fsdp_train.py" in gs.wheel_names  # lesson 05 runs it, installed too
     assert not [n for n in gs.names + gs.wheel_names if n.endswith(".ipynb")]
     config = json.loads((gs.root / "source" / "autograder.json").read_text())
     assert (config["lesson"], config["timeout"]) == ("04", 120.0)
