@@ -396,8 +396,9 @@ def run_claims(e: Environment, py: Path, work: Path, env: dict) -> None:
     (folder / "pytest.ini").write_text(ini)
     run([str(py), "-m", "pip", "install", "-q", "pytest"], env)
     cmd = [str(py), "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider", "-o", "addopts="]
+    wide = {**env, "COLUMNS": "400"}  # or the summary cuts each failure's reason to 80 columns
     proc = subprocess.run(
-        [*cmd, "tests"], cwd=folder, env=env, capture_output=True, text=True, timeout=900
+        [*cmd, "tests"], cwd=folder, env=wide, capture_output=True, text=True, timeout=900
     )
     log = work / f"{e.name}-claims.log"
     log.write_text(proc.stdout + proc.stderr)
