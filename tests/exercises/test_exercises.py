@@ -283,3 +283,18 @@ def test_lesson_03s_setup_warns_when_cuda_is_there_but_the_rule_picks_gloo(monke
         warnings.simplefilter("error")  # a machine without CUDA: gloo, and nothing to say
         assert lesson03.setup() == torch.device("cpu")
     assert joined == ["gloo", "gloo"]
+
+
+def test_lesson_05_names_the_oldest_torch_it_is_checked_on_and_says_so_below_it():
+    # make compat: every check correct on torch 2.12.1 and later; on 2.8.0 a right answer to
+    # 5.4 and 5.5 fails. Lessons 01-04 keep pyproject's floor (2.8).
+    from ddp_helpers.exercises import lesson05
+
+    assert lesson05.OLDEST_TORCH == (2, 12)
+    for checked in ("2.12.1", "2.13.0", "2.15.0", "3.0.0"):
+        assert lesson05.torch_note(checked) is None, checked
+    note = lesson05.torch_note("2.8.0")
+    assert "checked on torch 2.12 and later" in note and "torch 2.8.0" in note
+    assert "(5.4, 5.5)" in note and "Lessons 01 to 04 are checked on torch 2.8" in note
+    with i18n.using("ja"):
+        assert "torch 2.12 以降" in lesson05.torch_note("2.11.0")

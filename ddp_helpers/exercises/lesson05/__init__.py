@@ -7,6 +7,10 @@ is round_trip's. common holds the model and the batches the cells and checks sha
 
 from __future__ import annotations
 
+import sys
+
+from ...i18n import messages
+from ...versions import torch_release
 from ..kit import in_order, numbered
 from ..kit import progress as _progress
 from . import checkpoint, fsdp, resume, traffic, zero
@@ -26,3 +30,39 @@ globals().update(numbered(EXERCISES))  # ex.q1, ex.q2, ...: each named from its 
 def progress() -> None:
     """Which exercises of lesson 05 pass, checked against this notebook's definitions."""
     _progress(EXERCISES, "05")
+
+
+# The oldest torch this lesson is checked on, where lessons 01-04 go back to 2.8 (pyproject):
+# `make compat` ran it with every check correct on 2.12.1 (and the lock's 2.13.0); on 2.8.0 a
+# right answer to 5.4 and 5.5 fails (its next step after a load on 3 ranks was 1e-3 off).
+OLDEST_TORCH = (2, 12)
+
+MESSAGES = messages(
+    "exercises.lesson05",
+    {
+        "old_torch": (
+            "[ddp_helpers] note: lesson 05 is checked on torch {oldest} and later (`make "
+            "compat`); this kernel has torch {version}. On an older torch its checks of "
+            "sharded checkpoints (5.4, 5.5) can fail a right answer, as they do on torch 2.8, "
+            "and some of its sentences about FSDP2 describe newer releases. Lessons 01 to 04 "
+            "are checked on torch 2.8 and later."
+        ),
+    },
+)
+
+
+def _release(version: str) -> tuple[int, int]:
+    major, minor = version.split(".")[:2]
+    return int(major), int(minor)
+
+
+def torch_note(version: str) -> str | None:
+    """What the lesson says of torch `version` before it starts: None where it is checked."""
+    if _release(version) >= OLDEST_TORCH:
+        return None
+    oldest = ".".join(map(str, OLDEST_TORCH))
+    return MESSAGES["old_torch"].format(oldest=oldest, version=version)
+
+
+if (_note := torch_note(torch_release())) is not None:
+    print(_note, file=sys.stderr)
