@@ -5,7 +5,7 @@ kernel. For each environment below, this builds a fresh venv that already holds 
 runs the lessons' own set-up cell there (the one `build` writes for Colab and Kaggle, with
 the course's wheel in place of the repository: no constraints.txt), and checks that the
 install changed nothing that was there (torch, the kernel packages, the rest) and that
-`pip check` is clean. Then, in that venv, the four solution notebooks run
+`pip check` is clean. Then, in that venv, the five solution notebooks run
 under nbclient, 3 times each (--repeat), and every exercise's check must say correct, with
 no warning, every time; the
 launcher's fault tests run there (which rank is blamed rests on torch's error text); and
