@@ -1,6 +1,7 @@
 """Exercise 5.5's answers (load_sharded): each wrong one makes the mistake its name says (the
-state loaded and never applied, the optimizer left out, plain state dicts to load into, the
-whole state to load into, dcp.load on rank 0 alone); the right ones are written other ways."""
+state loaded and never applied, or the model's alone; the optimizer left out, or the model;
+plain state dicts to load into, the whole state to load into, dcp.load on rank 0 alone); the
+right ones are written other ways."""
 
 from __future__ import annotations
 
@@ -63,6 +64,24 @@ def load_on_rank_zero_alone(model, optimizer, path):
         state = {"model": model_state, "optimizer": optimizer_state}
         dcp.load(state, checkpoint_id=path)
     set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=optimizer_state)
+
+
+def load_the_optimizer_alone(model, optimizer, path):
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    model_state, optimizer_state = get_state_dict(model, optimizer)
+    dcp.load({"optimizer": optimizer_state}, checkpoint_id=path)  # the moments are the point
+    set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=optimizer_state)
+
+
+def load_both_and_apply_the_model_alone(model, optimizer, path):
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_model_state_dict
+
+    model_state, optimizer_state = get_state_dict(model, optimizer)
+    dcp.load({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=path)
+    set_model_state_dict(model, model_state)  # dcp.load filled the optimizer's tensors in place
 
 
 # ---------------------------------------------------------------- right, written otherwise
@@ -143,6 +162,8 @@ ANSWERS = {
             (load_the_model_and_the_optimizer_as_it_is, "resume_optimizer"),
             (load_the_whole_state_unapplied, "resume_model"),
             (load_on_rank_zero_alone, "hang"),
+            (load_the_optimizer_alone, "resume_model"),
+            (load_both_and_apply_the_model_alone, "resume_not_applied"),
         ],
         [
             load_through_a_stateful_object,

@@ -1561,6 +1561,8 @@ def test_every_coding_exercise_is_swept_with_three_mistakes_and_two_other_right_
     assert set(SWEEP) == coding
     for wrong, right in SWEEP.values():
         assert len(wrong) >= 3 and len(right) >= 2
+    # Lesson 05's exercises, as its issue asks: at least 8 wrong answers each.
+    assert {i: len(w) for i, (w, _) in SWEEP.items() if i.startswith("5.") and len(w) < 8} == {}
 
 
 def _name(value):
