@@ -21,6 +21,7 @@ import pytest
 from answers_further import SWEEP_3_4, SWEEP_3_5, SWEEP_3_6, SWEEP_4_7
 from drawn_answers import DRAWN
 from ja_guard import english_in_japanese
+from space_watch import assert_drawn_seen, launches_watched, watching
 from test_capstone import SWEEP_4_1
 
 from ddp_helpers import i18n
@@ -1449,8 +1450,9 @@ for _id, (_wrong, _right) in DRAWN.items():
 
 WRONG = [(i, fn, key) for i, (wrong, _) in SWEEP.items() for fn, key in wrong]
 # Each exercise's first right answer is graded (its check, then the grader's hidden cases:
-# other draws of the same space); the others run the check alone, every axis of the space,
-# which is the part where a right answer written differently could be refused.
+# other draws of the same space), every call it gets watched (space_watch: what the exercise
+# declares drawn reaches it); the others run the check alone, every axis of the space, which
+# is the part where a right answer written differently could be refused.
 RIGHT = [(i, fn, n == 0) for i, (_, right) in SWEEP.items() for n, fn in enumerate(right)]
 
 
@@ -1588,12 +1590,23 @@ def test_a_mistake_only_a_check_record_shows_is_named(exercise_id, judge, key):
 
 
 @pytest.mark.parametrize(("exercise_id", "answer", "graded"), RIGHT, ids=_name)
-def test_a_right_answer_written_differently_passes(exercise_id, answer, graded):
+def test_a_right_answer_written_differently_passes(exercise_id, answer, graded, tmp_path):
     ex = BY_ID[exercise_id]
-    result = ex.grade(answer) if graded else ex.evaluate(answer)
-    assert result.status == "correct", str(result)
-    assert result.hidden is (Hidden.PASSED if graded else None), str(result)
+    if not graded:
+        result = ex.evaluate(answer)
+        assert (result.status, result.hidden) == ("correct", None), str(result)
+        assert_japanese(result)
+        return
+    # Graded: the learner's check, then the grader's extra cases, every call the answer gets
+    # written down: what the exercise declares drawn must reach it (tests/exercises/
+    # test_spaces.py holds the exercises the sweep does not cover, with the reference).
+    log = str(tmp_path / "calls.jsonl")
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        with launches_watched(monkeypatch) as launches:
+            result = ex.grade(watching(answer, log, ex.space.world_from))
+    assert (result.status, result.hidden) == ("correct", Hidden.PASSED), str(result)
     assert_japanese(result)
+    assert_drawn_seen(ex, log, launches)
 
 
 def assert_japanese(result):
