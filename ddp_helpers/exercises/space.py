@@ -9,7 +9,8 @@ the grader's extra cases with HIDDEN_SEEDS (other counts on the same axes). `try
 names the configuration a check is in, and a mistake found there says so.
 
 tests/exercises/test_spaces.py holds every exercise to its declaration: each drawn axis
-follows its rule (RULES) and is seen drawn, by an answer that watches its own calls.
+follows its rule (RULES) and is seen drawn, by an answer that watches its own calls (the
+sweep's graded right answer, tests/exercises/space_watch.py, or the reference).
 """
 
 from __future__ import annotations
