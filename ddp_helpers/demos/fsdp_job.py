@@ -2,12 +2,12 @@
 the script is, the loopback setting for its ranks, and what of torchrun's report and of the
 snapshots the cells show.
 
-The script is this folder's `fsdp_train.py`, so that an installed package (Colab, Kaggle, a
-kernel of one's own, with no checkout beside it) has it too; `lessons/fsdp_train.py` is its
-copy for the learner to read and run (`python -m ddp_helpers build` writes it, `--check`
-finds it stale). These helpers keep what is not the lesson out of the cells: torchrun's
-report without its times, host and process ids (which change every run), and two snapshots
-compared tensor by tensor.
+The script ships in this folder (`fsdp_train.py`), so that an installed package (Colab,
+Kaggle, a kernel of one's own, with no checkout beside it) has it too; in a checkout the
+cells run `lessons/fsdp_train.py`, its copy there, which the learner reads and may edit
+(`python -m ddp_helpers build` writes it, `--check` finds it stale). These helpers keep
+what is not the lesson out of the cells: torchrun's report without its times, host and
+process ids (which change every run), and two snapshots compared tensor by tensor.
 """
 
 from __future__ import annotations
@@ -17,9 +17,17 @@ import socket
 import tempfile
 from pathlib import Path
 
-from ..paths import PACKAGE
+from ..paths import PACKAGE, ROOT
 
-SCRIPT = PACKAGE / "demos" / "fsdp_train.py"  # lessons/fsdp_train.py is its copy
+
+def script_in(root: Path) -> Path:
+    """The script the cells run: the checkout's lessons/ copy where `root` has one (what a
+    learner edits is what runs), else the package's own."""
+    copy = root / "lessons" / "fsdp_train.py"
+    return copy if copy.is_file() else PACKAGE / "demos" / "fsdp_train.py"
+
+
+SCRIPT = script_in(ROOT)
 # The lines of torchrun's ChildFailedError report a cell shows: its title, and the rank and
 # exit status of the failure it puts first (its root cause).
 _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):\n\[\d+\]:\n(.*?)\n=+", re.S)

@@ -365,3 +365,11 @@ def test_a_script_a_lesson_runs_is_copied_into_lessons_and_a_stale_copy_is_named
     (tmp_path / "fsdp_train.py").write_text(shipped + "# edited in lessons/\n")
     (problem,) = _copy_scripts(tmp_path, check=True)
     assert "differs from ddp_helpers/demos/fsdp_train.py" in problem and "edit that one" in problem
+
+
+def test_lesson_05_runs_the_checkouts_copy_of_its_script_and_else_the_packages(tmp_path):
+    from ddp_helpers.demos import fsdp_job
+    from ddp_helpers.paths import PACKAGE, ROOT
+
+    assert fsdp_job.SCRIPT == ROOT / "lessons" / "fsdp_train.py"  # a learner's edit runs
+    assert fsdp_job.script_in(tmp_path) == PACKAGE / "demos" / "fsdp_train.py"  # installed
