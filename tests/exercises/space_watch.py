@@ -111,9 +111,9 @@ def _gpus_seen():
     return (torch.cuda.is_available(), torch.cuda.device_count())
 
 
-def _watching(reference, log: str, world_from: str | None):
-    """The reference answer, each call written down (a function, or a class whose
-    construction and methods are)."""
+def watching(reference, log: str, world_from: str | None):
+    """An answer (the reference, or one written otherwise), each call written down (a
+    function, or a class whose construction and methods are)."""
     if isinstance(reference, type):
         methods = {
             name: _watched_method(getattr(reference, name), log)
@@ -150,12 +150,6 @@ def _calls(log) -> list[dict]:
 SEEN_AXES = ("world", "machines", "calls", "dtypes", "model", "lengths")
 
 
-def watching(answer, log: str, world_from: str | None):
-    """The answer, each call written down in `log` (a function, or a class whose construction
-    and methods are)."""
-    return _watching(answer, log, world_from)
-
-
 @contextlib.contextmanager
 def launches_watched(monkeypatch):
     """The hang timeout of each launch a check makes inside, in order."""
@@ -166,9 +160,8 @@ def launches_watched(monkeypatch):
         launches.append(timeout)
         return real(harness, answer, args, nprocs, nnodes, timeout)
 
-    monkeypatch.setattr(running, "_launched", watched)
+    monkeypatch.setattr(running, "_launched", watched)  # undone with the monkeypatch
     yield launches
-    monkeypatch.setattr(running, "_launched", real)
 
 
 def assert_drawn_seen(ex, log: str, launches: list) -> None:
