@@ -7,6 +7,7 @@ and prints its progress table (progress)."""
 
 from __future__ import annotations
 
+from ..launcher.plain import is_tensor
 from .answer import Answer
 from .harness import process_group, rank_folder, rank_folders, weights_apart, writers
 from .model import (
@@ -45,6 +46,7 @@ __all__ = [
     "each_case",
     "hang_limit",
     "in_order",
+    "is_tensor",
     "numbered",
     "on_hidden_seeds",
     "process_group",

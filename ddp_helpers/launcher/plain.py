@@ -103,24 +103,41 @@ def _load_storage(data: bytes):
     return torch.load(io.BytesIO(data), weights_only=True)
 
 
+class _PlainGlobals:
+    """What `load_plain` may name: the standard library's few, Opaque, and torch's tensors,
+    sizes, devices and dtypes. torch is imported only once a pickle names it: a value of
+    numbers and strings (most checks' records) is read without it, so a scorer that never
+    receives a tensor never pays for `import torch`."""
+
+    def __init__(self):
+        from . import pickling
+
+        self.plain = {
+            ("builtins", "complex"): complex,
+            ("builtins", "set"): set,
+            ("builtins", "frozenset"): frozenset,
+            ("collections", "OrderedDict"): collections.OrderedDict,
+            (pickling.__name__, "_rebuild_tensor"): pickling._rebuild_tensor,
+            (__name__, "Opaque"): Opaque,
+        }
+
+    def get(self, key: tuple[str, str]):
+        found = self.plain.get(key)
+        if found is None and key[0].partition(".")[0] == "torch":
+            found = _torch_globals().get(key)
+        return found
+
+
 @functools.cache
-def _plain_globals() -> dict[tuple[str, str], object]:
+def _torch_globals() -> dict[tuple[str, str], object]:
     import torch
     import torch._utils
 
-    from . import pickling
-
     found: dict[tuple[str, str], object] = {
-        ("builtins", "complex"): complex,
-        ("builtins", "set"): set,
-        ("builtins", "frozenset"): frozenset,
-        ("collections", "OrderedDict"): collections.OrderedDict,
         ("torch._utils", "_rebuild_tensor_v2"): torch._utils._rebuild_tensor_v2,
         ("torch.storage", "_load_from_bytes"): _load_storage,
         ("torch", "Size"): torch.Size,
         ("torch", "device"): torch.device,
-        (pickling.__name__, "_rebuild_tensor"): pickling._rebuild_tensor,
-        (__name__, "Opaque"): Opaque,
     }
     for name in dir(torch):
         if isinstance(getattr(torch, name, None), torch.dtype):
@@ -128,9 +145,21 @@ def _plain_globals() -> dict[tuple[str, str], object]:
     return found
 
 
+@functools.cache
+def _plain_globals() -> _PlainGlobals:
+    return _PlainGlobals()
+
+
 def load_plain(data: bytes):
     """A rank's value as plain data (see the module's docstring); PlainOnly otherwise."""
     return _Restricted(data, _plain_globals()).load()
+
+
+def is_tensor(value) -> bool:
+    """Whether value is a torch tensor, without importing torch: one exists in this
+    process only if something here imported torch (load_plain does, for a pickled one)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
 
 
 def not_plain_text(rank: int, what: str) -> str:

@@ -298,3 +298,19 @@ def test_lesson_05_names_the_oldest_torch_it_is_checked_on_and_says_so_below_it(
     assert "(5.4, 5.5)" in note and "Lessons 01 to 04 are checked on torch 2.8" in note
     with i18n.using("ja"):
         assert "torch 2.12 以降" in lesson05.torch_note("2.11.0")
+
+
+def test_exercise_1_2s_shares_are_distributedsamplers_on_every_case_its_checks_draw():
+    # The check computes its shares without torch (a lesson 01 scorer never imports it) and
+    # says they are DistributedSampler's: here they are, on check()'s and the grader's cases.
+    from torch.utils.data.distributed import DistributedSampler
+
+    from ddp_helpers.exercises.lesson01 import shard
+    from ddp_helpers.exercises.space import CHECK_SEED, HIDDEN_SEEDS
+
+    cases = [case for seed in (CHECK_SEED, *HIDDEN_SEEDS) for case in shard._grid(seed)]
+    assert len(cases) > 40  # 43: every world size 1 to 9, five n each
+    for n, w in cases:
+        for rank in range(w):
+            torch_share = DistributedSampler(range(n), num_replicas=w, rank=rank, shuffle=False)
+            assert shard._reference_shard(n, rank, w) == list(torch_share), (n, rank, w)

@@ -4,6 +4,8 @@ launcher's messages, and launch_plain's values as plain data."""
 from __future__ import annotations
 
 import pickle
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -107,3 +109,16 @@ def test_a_ranks_unreadable_bytes_are_named_in_the_learners_language():
         with i18n.using("ja"), pytest.raises(DistributedError) as caught:
             _plain_value(1, data)
         assert japanese in str(caught.value) and "unreadable" not in str(caught.value)
+
+
+def test_a_value_with_no_tensor_is_read_without_importing_torch():
+    # Most checks' records are numbers and strings: the process reading them (a lesson 01
+    # scorer) then never pays for `import torch`.
+    code = (
+        "import sys; from ddp_helpers.launcher.pickling import dumps; "
+        "from ddp_helpers.launcher.plain import load_plain; "
+        "value = [1, 'two', {'three': 3.0}, (4,), {5}, b'6']; "
+        "assert load_plain(dumps(value)) == value; print('torch' in sys.modules)"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "False"

@@ -9,6 +9,7 @@ from ..kit import (
     Phrase,
     Wrong,
     call,
+    is_tensor,
     run_answer,
 )
 from ..space import Space
@@ -45,9 +46,7 @@ def predict_all_reduce():
 def held(value) -> float | None:
     """What a rank holds, as a number: a number, or a list or tensor of one (the lesson's
     tensors hold one element each); None for anything else."""
-    import torch
-
-    if isinstance(value, torch.Tensor):
+    if is_tensor(value):
         value = value.tolist()  # a number for a 0-d tensor, else a list
     if isinstance(value, (list, tuple)) and len(value) == 1:
         value = value[0]
@@ -58,9 +57,7 @@ def held(value) -> float | None:
 
 def per_rank(value) -> list | None:
     """One entry per rank, from a list, a tuple or a tensor; None for anything else."""
-    import torch
-
-    if isinstance(value, torch.Tensor):
+    if is_tensor(value):
         value = value.tolist() if value.dim() > 0 else None
     return list(value) if isinstance(value, (list, tuple)) else None
 
