@@ -3,7 +3,9 @@ is 2.13.0), in one place."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import re
+import sys
 
 
 def release(version: str) -> str:
@@ -16,6 +18,20 @@ def torch_release() -> str:
     import torch
 
     return release(torch.__version__)
+
+
+def installed_torch_release() -> str | None:
+    """The release of torch this process runs or would import, without importing it: the
+    imported one's where it is, else the installed distribution's (None where there is none).
+    For what a module says as it is imported (lesson 05's note), where `import torch` (1-2 s)
+    would cost every process that imports it, the grader's scorers among them."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        return release(torch.__version__)
+    try:
+        return release(importlib.metadata.version("torch"))
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def requirement_lines(text: str) -> list[str]:

@@ -419,3 +419,17 @@ def test_grade_help_loads_of_the_grader_only_its_defaults():
     loaded = _loaded_by(["grade", "--help"])
     grader = [m for m in loaded if m.startswith(("ddp_helpers.grading", "ddp_helpers.launcher"))]
     assert grader == ["ddp_helpers.grading", "ddp_helpers.grading.defaults"], grader
+
+
+def test_the_scorer_and_every_lessons_exercises_load_without_torch():
+    # `import ... as ex` in a notebook, and a scorer that walks every lesson's references:
+    # torch (1-2 s of CPU) loads only where a check's values need it (the ranks, a tensor).
+    code = (
+        "import sys\nimport ddp_helpers.grading.worker.scorer as scorer\n"
+        "scorer._references()\nprint('torch' in sys.modules)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=PACKAGE.parent
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False"]

@@ -12,9 +12,10 @@ from ddp_helpers.launcher import client
 
 def test_every_touchpoint_is_usable_with_the_pinned_torch():
 
-    from ddp_helpers.versions import torch_release
+    from ddp_helpers.versions import installed_torch_release, torch_release
 
     assert torch_release() in torch_compat.KNOWN_GOOD
+    assert installed_torch_release() == torch_release()  # read without importing it
     assert torch_compat.check() == {p.name: None for p in torch_compat.TOUCHPOINTS}
     assert torch_compat.warnings(torch_compat.check()) == []
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 
 from ...i18n import messages
-from ...versions import torch_release
+from ...versions import installed_torch_release
 from ..kit import in_order, numbered
 from ..kit import progress as _progress
 from . import checkpoint, fsdp, resume, traffic, zero
@@ -57,13 +57,14 @@ def _release(version: str) -> tuple[int, int]:
     return int(major), int(minor)
 
 
-def torch_note(version: str) -> str | None:
-    """What the lesson says of torch `version` before it starts: None where it is checked."""
-    if _release(version) >= OLDEST_TORCH:
+def torch_note(version: str | None) -> str | None:
+    """What the lesson says of torch `version` before it starts: None where it is checked
+    (or where none is installed: the notebook's first cell, `import torch`, says so)."""
+    if version is None or _release(version) >= OLDEST_TORCH:
         return None
     oldest = ".".join(map(str, OLDEST_TORCH))
     return MESSAGES["old_torch"].format(oldest=oldest, version=version)
 
 
-if (_note := torch_note(torch_release())) is not None:
+if (_note := torch_note(installed_torch_release())) is not None:
     print(_note, file=sys.stderr)
