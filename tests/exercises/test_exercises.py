@@ -314,3 +314,40 @@ def test_exercise_1_2s_shares_are_distributedsamplers_on_every_case_its_checks_d
         for rank in range(w):
             torch_share = DistributedSampler(range(n), num_replicas=w, rank=rank, shuffle=False)
             assert shard._reference_shard(n, rank, w) == list(torch_share), (n, rank, w)
+
+
+def _shard_by_counting(n, rank, world_size):
+    per_rank = (n + world_size - 1) // world_size
+    return [(rank + k * world_size) % n for k in range(per_rank)]
+
+
+def _shard_by_slicing(n, rank, world_size):
+    total = -(-n // world_size) * world_size
+    return [i % n for i in range(total)][rank::world_size]
+
+
+def test_progress_shows_a_pass_again_for_the_same_answer_and_checks_any_other(monkeypatch):
+    # The learner's check() ran it; progress() at the lesson's end shows that pass without
+    # launching again: the same answer, pickled as its ranks receive it, draws the same cases.
+    from ddp_helpers.exercises import progress, running
+    from ddp_helpers.exercises.verdicts import CheckStatus
+
+    shard = next(e for e in exercises_of("01") if e.id == "1.2")
+    assert shard.evaluate(_shard_by_counting).status is CheckStatus.CORRECT
+    launched = []
+
+    def no_launch(*args, **kwargs):
+        launched.append(args)
+        raise RuntimeError("no launch in this test")
+
+    monkeypatch.setattr(running, "launch_plain", no_launch)
+    namespace = {"shard": _shard_by_counting}
+    (again,) = progress.evaluate_all([shard], namespace)
+    assert (again.status, launched) == (CheckStatus.CORRECT, [])
+    # Another answer (right too) is checked: here the launch it asks for is refused.
+    (other,) = progress.evaluate_all([shard], {"shard": _shard_by_slicing})
+    assert other.status is CheckStatus.ERROR and len(launched) == 1
+    # A wrong answer is never shown as the pass of another.
+    assert shard.evaluate_unless_passed(lambda n, rank, world_size: []).status is not (
+        CheckStatus.CORRECT
+    )
