@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import contextvars
+import copy
 import hashlib
 import importlib
 import inspect
@@ -215,20 +216,25 @@ class Exercise:
 
     def evaluate(self, answer) -> Result:
         """Run the checker on an answer and return the Result, printing nothing."""
-        result = self._run(self._checker, answer)
-        if result.passed and (print_ := fingerprint(answer)) is not None:
-            self._passed = (print_, result)
-        return result
+        return self._evaluate(answer, fingerprint(answer))
 
     def evaluate_unless_passed(self, answer) -> Result:
         """The pass this answer's check gave in this process, if it is the answer that
-        passed last (the same code and values, as its ranks would receive them: a check
-        draws with a fixed seed, so it would pass again); else evaluate(answer). What
-        progress() shows: the lesson's table without running every passed check twice."""
+        passed last (the same bytes as its ranks would receive: its code and the notebook's
+        values it uses; what it imports from a module travels by name, and what it reads
+        at run time, a file or a variable, not at all); else evaluate(answer). What
+        progress() shows: the lesson's table without running every passed check twice.
+        check() runs the check again, whatever passed before."""
         print_ = fingerprint(answer)
         if print_ is not None and self._passed is not None and self._passed[0] == print_:
-            return self._passed[1]
-        return self.evaluate(answer)
+            return copy.copy(self._passed[1])
+        return self._evaluate(answer, print_)
+
+    def _evaluate(self, answer, print_: bytes | None) -> Result:
+        result = self._run(self._checker, answer)
+        if result.passed and print_ is not None:
+            self._passed = (print_, copy.copy(result))
+        return result
 
     def grade(self, answer) -> Result:
         """What the grader uses: the learner's check, then the hidden cases if it passed.
