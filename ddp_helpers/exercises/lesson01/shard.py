@@ -67,10 +67,12 @@ MESSAGES = messages(
 
 
 def _reference_shard(n: int, rank: int, world_size: int) -> list[int]:
-    """What DistributedSampler(range(n), world_size, rank, shuffle=False) yields, without
-    importing torch here (a scorer of lesson 01 then never does): the items padded by
-    repeating from the start up to a multiple of world_size, every world_size-th from rank.
-    tests/exercises/test_exercises.py holds it equal to torch's sampler on the check's cases."""
+    """What DistributedSampler(range(n), world_size, rank, shuffle=False) yields, computed
+    without torch (a scorer of lesson 01 then never imports it): the items padded by
+    repeating from the start, every world_size-th from rank. Written apart from `shard`,
+    the reference, which a graded rank turns into a tripwire (tripwire.in_rank).
+    tests/exercises/test_exercises.py holds it equal to torch's sampler on every case the
+    check and the grader draw."""
     total = math.ceil(n / world_size) * world_size
     return [i % n for i in range(total)][rank::world_size]
 
