@@ -21,6 +21,10 @@ def _what_the_rank_sees(marker: str) -> dict:
     # Written only if the interpreter's own exit runs (atexit handlers): not under os._exit.
     atexit.register(lambda: open(f"{marker}.{rank}", "w").close())
     dist.init_process_group("gloo")
+    # Every rank past its init before any destroys: without the guards' init barrier a rank
+    # can destroy its group and leave while another is still connecting to it (seen once in
+    # CI: "Connection closed by peer" in the other's init_process_group).
+    dist.barrier()
     group = weakref.ref(dist.group.WORLD)
     dist.destroy_process_group()
     gc.collect()
