@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
 # The nccl path, checked on a machine with NVIDIA GPUs (CI has none). One prepared run:
 #   bash benchmarks/gpu_check.sh            (from the repository root; about 5 minutes)
-# It installs the project, runs the four solution notebooks with nccl on every GPU
-# (world size = GPUs), the launcher's GPU tests, and the exported script under torchrun
-# with nccl, then prints a short report. Exit status: 0 when every step passed.
+# It installs the project, runs every solution notebook (lesson 05's included) with nccl
+# where each rank has a GPU, the launcher's GPU tests, lesson 04's exported script and
+# lesson 05's FSDP2 script under torchrun with nccl (each killed and resumed from its
+# checkpoint), then prints a short report. Exit status: 0 when every step passed.
+# PY=python3 uses that Python and its CUDA torch (Kaggle, an image with torch in it); with
+# PIP_NO_INDEX=1 too (a machine that reaches no package index), what the course needs must
+# already be importable (docs/benchmarks.md: wheels carried in), and it is built offline.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 report=()
 step() {  # step NAME COMMAND...: run it, time it, remember PASS/FAIL
   local name=$1; shift
-  local t0=$SECONDS
-  if "$@" > "/tmp/gpu_check_${name// /_}.log" 2>&1; then
+  local t0=$SECONDS log="/tmp/gpu_check_${name//[^A-Za-z0-9]/_}.log"  # a path in it: no /
+  if "$@" > "$log" 2>&1; then
     report+=("PASS  $name ($((SECONDS - t0)) s)")
   else
-    report+=("FAIL  $name ($((SECONDS - t0)) s): see /tmp/gpu_check_${name// /_}.log")
+    report+=("FAIL  $name ($((SECONDS - t0)) s): see $log")
   fi
 }
 
@@ -27,7 +31,8 @@ echo "GPUs: $gpus"; nvidia-smi --query-gpu=name,memory.total --format=csv,nohead
 # CUDA torch it comes with: the course goes into it without the lock, keeping that torch.
 if [ -n "${PY:-}" ]; then
   PY=$(command -v "$PY") || { echo "PY=$PY: no such Python"; exit 1; }
-  step "install into $PY" "$PY" -m pip install -q -e ".[grade]" nbclient nbval pytest
+  offline=(); [ -n "${PIP_NO_INDEX:-}" ] && offline=(--no-build-isolation)  # its setuptools
+  step "install into $PY" "$PY" -m pip install -q "${offline[@]}" -e ".[grade]" nbclient nbval pytest
 else
   if [ ! -x .venv/bin/python ]; then
     step "install" bash -c \
@@ -95,13 +100,47 @@ assert all(count == 0 and current is None for _, (_, count), current, _ in r), r
 print("too few GPUs: every rank on the CPU")
 PYEOF
 
-step "pytest on the GPU machine" $PY -m pytest -q -x tests/test_launch.py tests/test_faults.py -p no:cacheprovider
+# Not -x: a test that assumed no GPU should not hide the ones after it.
+step "pytest on the GPU machine" $PY -m pytest -q -p no:cacheprovider \
+  tests/launcher/test_launch.py tests/launcher/test_faults.py tests/launcher/test_plan.py \
+  tests/exercises/drawn/test_ex_5_1_torch.py
 
 step "exported script under torchrun (nccl)" bash -c '
   d=$(mktemp -d) && '"$PY"' -m ddp_helpers export solutions/04_sampler_and_checkpoint.ipynb -o "$d/train.py" &&
   cd "$d" && '"$PY"' -m torch.distributed.run --standalone --nproc-per-node '"$gpus"' train.py --epochs 2 &&
   '"$PY"' -m torch.distributed.run --standalone --nproc-per-node '"$gpus"' train.py --epochs 4 | tee out.txt &&
-  grep -q "resuming from epoch 2" out.txt'
+  grep -q "resuming from checkpoint.pt at epoch 2" out.txt'
+
+# Lesson 05's FSDP2 script (its Going further) with nccl, a rank per GPU: the run whole, a run
+# whose last rank dies mid-run, that run started again; it must resume from its last
+# complete snapshot and end as the whole one did, bit for bit. NCCL_DEBUG=INFO makes nccl
+# say that it ran (on fewer GPUs than ranks the script would pick gloo).
+step "lesson 05's FSDP2 script under torchrun (nccl)" $PY - <<PYEOF
+import os, subprocess, sys, tempfile
+from pathlib import Path
+from ddp_helpers.demos import fsdp_job
+folder = Path(tempfile.mkdtemp())
+def torchrun(snapshots, **env):
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               "--nproc-per-node", "$gpus", "--local-addr", "127.0.0.1",
+               str(fsdp_job.SCRIPT), "--epochs", "4", "--snapshots", str(folder / snapshots)]
+    env = {**os.environ, **fsdp_job.loopback_env(), "NCCL_DEBUG": "INFO", **env}
+    run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    print(run.stdout, end="")
+    return run
+whole = torchrun("whole")
+assert whole.returncode == 0, whole.stderr[-3000:]
+assert "NCCL INFO" in whole.stdout + whole.stderr, "nccl said nothing: the script ran on gloo"
+cut = torchrun("cut", FAIL_AT_STEP="15")  # epoch 2's fourth step: 6 steps an epoch
+assert cut.returncode != 0, "the rank asked to die did not"
+print(fsdp_job.torchrun_report(cut.stderr))
+again = torchrun("cut")
+assert again.returncode == 0 and "resuming from epoch-0001" in again.stdout, again.stderr[-3000:]
+resumed = fsdp_job.losses(cut.stdout) | fsdp_job.losses(again.stdout)
+assert resumed == fsdp_job.losses(whole.stdout), (resumed, fsdp_job.losses(whole.stdout))
+assert fsdp_job.same_snapshot(folder / "whole" / "epoch-0003", folder / "cut" / "epoch-0003")
+print("resumed as uninterrupted, last snapshots equal bit for bit, on nccl")
+PYEOF
 
 echo; echo "GPU check report ($gpus GPU(s), $(date -u +%F))"
 printf '%s\n' "${report[@]}"

@@ -175,6 +175,22 @@ def test_every_file_and_link_named_is_there():
     assert not missing, "\n".join(missing)
 
 
+def test_every_file_the_scripts_and_the_makefile_name_is_there():
+    # benchmarks/gpu_check.sh runs only where a GPU is: a test moved into a folder once left it
+    # naming tests/test_launch.py, which nothing here ran to notice.
+    sources = [*sorted((ROOT / "benchmarks").glob("*.*")), ROOT / "Makefile", ROOT / ".ci" / "run"]
+    folders = "tests|solutions|ddp_helpers|benchmarks|lessons|docs"
+    pattern = rf"\b(?:{folders})/[\w./-]+\.(?:py|ipynb|sh|md)"
+    named = {
+        (source.name, name)
+        for source in sources
+        for name in re.findall(pattern, source.read_text())
+    }
+    assert {n for _, n in named if n.startswith("tests/")}, "the pattern finds the tests named"
+    missing = sorted(f"{source}: {name}" for source, name in named if not (ROOT / name).exists())
+    assert not missing, "\n".join(missing)
+
+
 def test_no_function_of_the_package_is_longer_than_60_lines():
     # The house rule (docs/development.md): a longer function is split into named parts.
     import ast
