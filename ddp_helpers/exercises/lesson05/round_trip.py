@@ -168,6 +168,13 @@ def _full_state(model, optimizer) -> dict:
     return {"model": model_state, "state": optimizer_state["state"], "groups": groups}
 
 
+def _full_model(model) -> dict:
+    """The model's state alone, each tensor gathered whole (a collective): the step after."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+
+
 def saving_harness(save_sharded, cases, folder):
     """On each rank: per case, a model trained `before` steps, its learning rate halved (a
     schedule) and its buffer moved, saved by save_sharded into its folder; then one more
@@ -194,7 +201,7 @@ def saving_harness(save_sharded, cases, folder):
                 break
             saved = _full_state(model, optimizer)
             _step(model, optimizer, batches[-1], rank, world)
-            after = _full_state(model, optimizer)["model"]
+            after = _full_model(model)
             records.append({"saved": saved, "after": after} if rank == 0 else {})
         return records
 
@@ -224,7 +231,7 @@ def loading_harness(load_sharded, cases, folder, look: bool):
             entries = len(optimizer.state)  # read before _full_state fills an empty state
             loaded = _full_state(model, optimizer)
             _step(model, optimizer, _batches(case)[-1], rank, world)
-            after = _full_state(model, optimizer)["model"]
+            after = _full_model(model)
             record = {"loaded": loaded, "entries": entries, "after": after}
             records.append(record if rank == 0 else {})
         return records
