@@ -8,13 +8,18 @@ commands (a failed job, then the same command again), under nbval."""
 from __future__ import annotations
 
 import os
+import re
+import runpy
 import shutil
 import subprocess
 import sys
 
+import nbformat
 import pytest
+import torch
 
 from ddp_helpers.demos import fsdp_job
+from support import ROOT
 
 EPOCHS = ["epoch-0000", "epoch-0001", "epoch-0002", "epoch-0003"]
 
@@ -108,3 +113,44 @@ def test_torchruns_report_keeps_what_does_not_change_from_run_to_run():
         "  rank      : 1 (local_rank: 1)",
         "  exitcode  : 1",
     ]
+
+
+@pytest.mark.parametrize(
+    ("gpus", "local_world", "backend"),
+    [(8, "8", "nccl"), (4, "8", "gloo"), (0, "2", "gloo")],
+)
+def test_the_script_picks_nccl_by_the_gpus_of_its_own_machine_as_lesson_04s_does(
+    monkeypatch, gpus, local_world, backend
+):
+    # What lesson 05's first cell says of it: nccl where every rank of this machine has a GPU
+    # (2 machines x 8 ranks: WORLD_SIZE 16, each machine needs its own 8), else gloo.
+    code = runpy.run_path(str(fsdp_job.SCRIPT), run_name="fsdp_train")
+    chosen = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+    monkeypatch.setattr(
+        torch.distributed,
+        "init_process_group",
+        lambda backend, **kwargs: chosen.append((backend, str(kwargs.get("device_id")))),
+    )
+    env = {"RANK": "9", "LOCAL_RANK": "1", "WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": local_world}
+    monkeypatch.setattr(os, "environ", dict(os.environ, **env))
+    device = code["setup"]()
+    assert chosen == [("nccl", "cuda:1") if backend == "nccl" else ("gloo", "None")]
+    assert str(device) == ("cuda:1" if backend == "nccl" else "cpu")
+
+
+def test_every_other_cell_of_lesson_05_runs_gloo_on_the_cpu_whatever_the_machine():
+    # Lesson 05's first cell: every cell except the torchrun jobs runs with gloo on the CPU,
+    # on a machine with GPUs too. Its %%ddp cells name gloo and a CPU mesh, and the demos it
+    # calls do the same, where a backend left to choose would take nccl on a GPU machine.
+    cells = nbformat.read(ROOT / "solutions" / "05_sharding.ipynb", as_version=4).cells
+    sources = [c.source for c in cells if c.cell_type == "code" and "torchrun(" not in c.source]
+    sources += [(ROOT / "ddp_helpers" / "demos" / f).read_text() for f in ("sharding.py",)]
+    code = "\n".join(sources)
+    groups = re.findall(r"init_process_group\(([^)]*)\)", code)
+    meshes = re.findall(r"init_device_mesh\(([^,)]*)", code)
+    assert len(groups) >= 5 and set(groups) == {'"gloo"'}, groups
+    assert len(meshes) >= 4 and set(meshes) == {'"cpu"'}, meshes
+    assert not re.search(r"pick_backend|--backend|launch\([^)]*backend=", code)
