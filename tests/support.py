@@ -70,3 +70,23 @@ class Sink:
 
     def lines(self, stream="stdout"):
         return "".join(t for s, t in self.out if s == stream).splitlines()
+
+
+def setup_on_a_machine(monkeypatch, setup, gpus: int, local_world: str) -> tuple[list, str]:
+    """A training script's setup() as rank 9 of 16, local rank 1 of `local_world`, on a
+    machine with `gpus` GPUs (faked; nothing is initialised): the (backend, device_id) each
+    init_process_group was asked for, and the device setup returned."""
+    import torch
+
+    chosen = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+    monkeypatch.setattr(
+        torch.distributed,
+        "init_process_group",
+        lambda backend, **kwargs: chosen.append((backend, str(kwargs.get("device_id")))),
+    )
+    env = {"RANK": "9", "LOCAL_RANK": "1", "WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": local_world}
+    monkeypatch.setattr(os, "environ", dict(os.environ, **env))
+    return chosen, str(setup())

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from ddp_helpers.exercises.lesson04 import capstone
-from support import ROOT
+from support import ROOT, setup_on_a_machine
 
 SOLUTION = ROOT / "solutions" / "04_sampler_and_checkpoint.ipynb"
 LESSON = ROOT / "lessons" / "04_sampler_and_checkpoint.ipynb"
@@ -231,21 +231,10 @@ def test_the_script_picks_nccl_by_the_gpus_of_its_own_machine(
     script = tmp_path / "train.py"
     assert export(SOLUTION, script).returncode == 0
     code = runpy.run_path(str(script), run_name="exported")
-    chosen = []
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
-    monkeypatch.setattr(torch.cuda, "set_device", lambda index: None)
-    monkeypatch.setattr(
-        torch.distributed,
-        "init_process_group",
-        lambda backend, **kwargs: chosen.append((backend, str(kwargs.get("device_id")))),
-    )
-    env = {"RANK": "9", "LOCAL_RANK": "1", "WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": local_world}
-    monkeypatch.setattr(os, "environ", dict(os.environ, **env))
-    device = code["setup"]()
+    chosen, device = setup_on_a_machine(monkeypatch, code["setup"], gpus, local_world)
     # nccl with device_id= this rank's GPU (without it, barrier() warns); gloo without one.
     assert chosen == [("nccl", "cuda:1") if backend == "nccl" else ("gloo", "None")]
-    assert str(device) == ("cuda:1" if backend == "nccl" else "cpu")
+    assert device == ("cuda:1" if backend == "nccl" else "cpu")
 
 
 @pytest.mark.parametrize(

@@ -16,10 +16,9 @@ import sys
 
 import nbformat
 import pytest
-import torch
 
 from ddp_helpers.demos import fsdp_job
-from support import ROOT
+from support import ROOT, setup_on_a_machine
 
 EPOCHS = ["epoch-0000", "epoch-0001", "epoch-0002", "epoch-0003"]
 
@@ -125,20 +124,9 @@ def test_the_script_picks_nccl_by_the_gpus_of_its_own_machine_as_lesson_04s_does
     # What lesson 05's first cell says of it: nccl where every rank of this machine has a GPU
     # (2 machines x 8 ranks: WORLD_SIZE 16, each machine needs its own 8), else gloo.
     code = runpy.run_path(str(fsdp_job.SCRIPT), run_name="fsdp_train")
-    chosen = []
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
-    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
-    monkeypatch.setattr(
-        torch.distributed,
-        "init_process_group",
-        lambda backend, **kwargs: chosen.append((backend, str(kwargs.get("device_id")))),
-    )
-    env = {"RANK": "9", "LOCAL_RANK": "1", "WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": local_world}
-    monkeypatch.setattr(os, "environ", dict(os.environ, **env))
-    device = code["setup"]()
+    chosen, device = setup_on_a_machine(monkeypatch, code["setup"], gpus, local_world)
     assert chosen == [("nccl", "cuda:1") if backend == "nccl" else ("gloo", "None")]
-    assert str(device) == ("cuda:1" if backend == "nccl" else "cpu")
+    assert device == ("cuda:1" if backend == "nccl" else "cpu")
 
 
 def test_every_other_cell_of_lesson_05_runs_gloo_on_the_cpu_whatever_the_machine():
