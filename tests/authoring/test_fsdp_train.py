@@ -121,7 +121,7 @@ def test_torchruns_report_keeps_what_does_not_change_from_run_to_run():
 def test_the_script_picks_nccl_by_the_gpus_of_its_own_machine_as_lesson_04s_does(
     monkeypatch, gpus, local_world, backend
 ):
-    # What lesson 05's first cell says of it: nccl where every rank of this machine has a GPU
+    # What lesson 05's last section says of it: nccl where every rank of this machine has a GPU
     # (2 machines x 8 ranks: WORLD_SIZE 16, each machine needs its own 8), else gloo.
     code = runpy.run_path(str(fsdp_job.SCRIPT), run_name="fsdp_train")
     chosen, device = setup_on_a_machine(monkeypatch, code["setup"], gpus, local_world)
