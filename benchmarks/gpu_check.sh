@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The nccl path, checked on a machine with NVIDIA GPUs (CI has none). One prepared run:
 #   bash benchmarks/gpu_check.sh            (from the repository root; about 5 minutes)
-# It installs the project, runs every solution notebook (lesson 05's included) with nccl
-# where each rank has a GPU, the launcher's GPU tests, lesson 04's exported script and
-# lesson 05's FSDP2 script under torchrun with nccl (each killed and resumed from its
-# checkpoint), then prints a short report. Exit status: 0 when every step passed.
+# It installs the project, runs every solution notebook (nccl wherever a cell lets the
+# course choose and each rank has a GPU), the launcher's GPU tests, lesson 04's exported
+# script under torchrun with nccl (stopped after 2 epochs, resumed from its checkpoint) and
+# lesson 05's FSDP2 script (a rank killed mid-run, the job resumed), then prints a short
+# report. Exit status: 0 when every step passed.
 # PY=python3 uses that Python and its CUDA torch (Kaggle, an image with torch in it); with
 # PIP_NO_INDEX=1 too (a machine that reaches no package index), what the course needs must
 # already be importable (docs/benchmarks.md: wheels carried in), and it is built offline.
@@ -32,7 +33,8 @@ echo "GPUs: $gpus"; nvidia-smi --query-gpu=name,memory.total --format=csv,nohead
 if [ -n "${PY:-}" ]; then
   PY=$(command -v "$PY") || { echo "PY=$PY: no such Python"; exit 1; }
   offline=(); [ -n "${PIP_NO_INDEX:-}" ] && offline=(--no-build-isolation)  # its setuptools
-  step "install into $PY" "$PY" -m pip install -q "${offline[@]}" -e ".[grade]" nbclient nbval pytest
+  step "install into $PY" "$PY" -m pip install -q ${offline[@]+"${offline[@]}"} \
+    -e ".[grade]" nbclient nbval pytest
 else
   if [ ! -x .venv/bin/python ]; then
     step "install" bash -c \
@@ -42,9 +44,13 @@ else
 fi
 $PY -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda)"
 step "cuda visible to torch" $PY -c "import torch; assert torch.cuda.is_available(); print(torch.cuda.device_count())"
+# From here on, the GPUs torch sees (CUDA_VISIBLE_DEVICES, MIG), not nvidia-smi's lines.
+gpus=$($PY -c "import torch; print(torch.cuda.device_count())" 2>/dev/null) || gpus=0
+echo "GPUs torch sees: $gpus"
 
-# Every solution notebook, with nccl on every GPU: the lessons pick nccl when there is a
-# GPU per rank. Outputs are not compared (they differ from the CPU record), errors fail.
+# Every solution notebook: a cell that lets the course choose its backend picks nccl when
+# there is a GPU per rank (lesson 05's cells name gloo, but its torchrun jobs). Outputs are
+# not compared (they differ from the CPU record), errors fail.
 step "solutions with nccl" $PY - <<'PYEOF'
 import os, sys, time, nbformat
 from nbclient import NotebookClient
@@ -105,33 +111,38 @@ step "pytest on the GPU machine" $PY -m pytest -q -p no:cacheprovider \
   tests/launcher/test_launch.py tests/launcher/test_faults.py tests/launcher/test_plan.py \
   tests/exercises/drawn/test_ex_5_1_torch.py
 
-step "exported script under torchrun (nccl)" bash -c '
+step "exported script under torchrun (nccl)" bash -c 'set -o pipefail
   d=$(mktemp -d) && '"$PY"' -m ddp_helpers export solutions/04_sampler_and_checkpoint.ipynb -o "$d/train.py" &&
   cd "$d" && '"$PY"' -m torch.distributed.run --standalone --nproc-per-node '"$gpus"' train.py --epochs 2 &&
   '"$PY"' -m torch.distributed.run --standalone --nproc-per-node '"$gpus"' train.py --epochs 4 | tee out.txt &&
   grep -q "resuming from checkpoint.pt at epoch 2" out.txt'
 
-# Lesson 05's FSDP2 script (its Going further) with nccl, a rank per GPU: the run whole, a run
-# whose last rank dies mid-run, that run started again; it must resume from its last
-# complete snapshot and end as the whole one did, bit for bit. NCCL_DEBUG=INFO makes nccl
-# say that it ran (on fewer GPUs than ranks the script would pick gloo).
+# Lesson 05's FSDP2 script (its Going further) with nccl, a rank per GPU (16 at most: its
+# global batch is 16): the run whole, a run whose last rank dies as epoch 2's fourth step
+# begins, that run started again; it must resume from epoch 1's snapshot and end as the
+# whole one did, bit for bit. NCCL_DEBUG=INFO into a file (nccl's own stdout is not flushed
+# by a process that leaves with os._exit) says that nccl ran.
 step "lesson 05's FSDP2 script under torchrun (nccl)" $PY - <<PYEOF
-import os, subprocess, sys, tempfile
+import math, os, subprocess, sys, tempfile
 from pathlib import Path
 from ddp_helpers.demos import fsdp_job
 folder = Path(tempfile.mkdtemp())
+ranks = min($gpus, 16)
+steps = math.ceil(math.ceil(96 / ranks) / (16 // ranks))  # an epoch's, on each rank
 def torchrun(snapshots, **env):
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               "--nproc-per-node", "$gpus", "--local-addr", "127.0.0.1",
+               "--nproc-per-node", str(ranks), "--local-addr", "127.0.0.1",
                str(fsdp_job.SCRIPT), "--epochs", "4", "--snapshots", str(folder / snapshots)]
-    env = {**os.environ, **fsdp_job.loopback_env(), "NCCL_DEBUG": "INFO", **env}
+    logs = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_FILE": str(folder / f"nccl-{snapshots}.%h.%p")}
+    env = {**os.environ, **fsdp_job.loopback_env(), **logs, **env}
     run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     print(run.stdout, end="")
     return run
 whole = torchrun("whole")
 assert whole.returncode == 0, whole.stderr[-3000:]
-assert "NCCL INFO" in whole.stdout + whole.stderr, "nccl said nothing: the script ran on gloo"
-cut = torchrun("cut", FAIL_AT_STEP="15")  # epoch 2's fourth step: 6 steps an epoch
+said = "".join(p.read_text(errors="replace") for p in folder.glob("nccl-whole.*"))
+assert "NCCL INFO" in said, "nccl said nothing: the script ran on gloo"
+cut = torchrun("cut", FAIL_AT_STEP=str(2 * steps + 3))  # epoch 2's fourth step
 assert cut.returncode != 0, "the rank asked to die did not"
 print(fsdp_job.torchrun_report(cut.stderr))
 again = torchrun("cut")

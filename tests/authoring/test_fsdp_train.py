@@ -7,6 +7,7 @@ commands (a failed job, then the same command again), under nbval."""
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import runpy
@@ -129,16 +130,32 @@ def test_the_script_picks_nccl_by_the_gpus_of_its_own_machine_as_lesson_04s_does
     assert device == ("cuda:1" if backend == "nccl" else "cpu")
 
 
+def _first_arguments(source: str, name: str) -> list:
+    """The first argument of each call of `name` in source (its IPython magics left out), as
+    a constant's value, or None where it has none or it is not a constant."""
+    code = "\n".join(line for line in source.splitlines() if not line.startswith("%"))
+    return [
+        node.args[0].value if node.args and isinstance(node.args[0], ast.Constant) else None
+        for node in ast.walk(ast.parse(code))
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "attr", getattr(node.func, "id", None)) == name
+    ]
+
+
 def test_every_other_cell_of_lesson_05_runs_gloo_on_the_cpu_whatever_the_machine():
     # Lesson 05's first cell: every cell except the torchrun jobs runs with gloo on the CPU,
-    # on a machine with GPUs too. Its %%ddp cells name gloo and a CPU mesh, and the demos it
-    # calls do the same, where a backend left to choose would take nccl on a GPU machine.
+    # on a machine with GPUs too. Its %%ddp cells, the demos it calls and its checks name
+    # gloo and a CPU mesh, where a backend left to choose would take nccl on a GPU machine.
     cells = nbformat.read(ROOT / "solutions" / "05_sharding.ipynb", as_version=4).cells
     sources = [c.source for c in cells if c.cell_type == "code" and "torchrun(" not in c.source]
-    sources += [(ROOT / "ddp_helpers" / "demos" / f).read_text() for f in ("sharding.py",)]
-    code = "\n".join(sources)
-    groups = re.findall(r"init_process_group\(([^)]*)\)", code)
-    meshes = re.findall(r"init_device_mesh\(([^,)]*)", code)
-    assert len(groups) >= 5 and set(groups) == {'"gloo"'}, groups
-    assert len(meshes) >= 4 and set(meshes) == {'"cpu"'}, meshes
-    assert not re.search(r"pick_backend|--backend|launch\([^)]*backend=", code)
+    package = ROOT / "ddp_helpers"
+    modules = [package / "demos" / "sharding.py", package / "demos" / "activations.py"]
+    modules += [package / "exercises" / "harness.py"]
+    modules += sorted((package / "exercises" / "lesson05").glob("*.py"))
+    sources += [module.read_text() for module in modules]
+    groups = [a for s in sources for a in _first_arguments(s, "init_process_group")]
+    meshes = [a for s in sources for a in _first_arguments(s, "init_device_mesh")]
+    assert len(groups) >= 5 and set(groups) == {"gloo"}, groups
+    assert len(meshes) >= 6 and set(meshes) == {"cpu"}, meshes
+    assert not any(_first_arguments(s, "pick_backend") for s in sources)
+    assert not re.search(r"--backend|launch\([^)]*backend=", "\n".join(sources))
