@@ -56,7 +56,7 @@ echo "GPUs torch sees: $gpus"
 [ "$gpus" -ge 1 ] || finish  # no step below can run
 
 # Every solution notebook: a cell that lets the course choose its backend picks nccl when
-# there is a GPU per rank (lesson 05's cells name gloo, but its torchrun jobs). Outputs are
+# there is a GPU per rank (lesson 05's cells name gloo, all but its torchrun jobs). Outputs are
 # not compared (they differ from the CPU record), errors fail.
 step "solutions with nccl" $PY - <<'PYEOF'
 import os, sys, time, nbformat

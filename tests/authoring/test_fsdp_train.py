@@ -142,7 +142,7 @@ def _first_arguments(source: str, name: str) -> list:
     ]
 
 
-def test_every_other_cell_of_lesson_05_runs_gloo_on_the_cpu_whatever_the_machine():
+def test_every_cell_of_lesson_05_but_its_torchrun_jobs_runs_gloo_on_the_cpu_on_any_machine():
     # Lesson 05's first cell: every cell except the torchrun jobs runs with gloo on the CPU,
     # on a machine with GPUs too. Its %%ddp cells, the demos it calls and its checks name
     # gloo and a CPU mesh, where a backend left to choose would take nccl on a GPU machine.
