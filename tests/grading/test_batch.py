@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import signal
+import threading
 from pathlib import Path
 
 import nbformat
@@ -22,6 +23,7 @@ from ddp_helpers.grading import (
     Submission,
     TimeBudget,
 )
+from ddp_helpers.grading.orchestration import batch as batch_module
 from ddp_helpers.grading.orchestration.progress import Progress
 
 # ---------------------------------------------------------------- the batch, as logic
@@ -210,3 +212,53 @@ def test_ctrl_c_before_the_second_try_keeps_the_first_and_restores_the_handlers(
     assert "Interrupted: 2 of 3 graded" in err.getvalue()
     text = "\n".join(p.read_text() for p in (tmp_path / "fb").iterdir())
     assert "the batch was interrupted before it could be graded again alone" in text
+
+
+class _SignalledOnEntry(threading.Condition):
+    """The batch's lock, with Ctrl-C delivered to the main thread just after it took the
+    lock in Condition.__enter__ (Python code: a signal's handler runs there), once."""
+
+    fired = False
+
+    def __enter__(self):
+        entered = super().__enter__()
+        if threading.current_thread() is threading.main_thread() and not self.fired:
+            self.fired = True
+            signal.raise_signal(signal.SIGINT)  # its handler runs here, the lock held
+        return entered
+
+
+def test_ctrl_c_that_lands_while_the_main_thread_takes_the_lock_still_stops_the_batch(
+    tmp_path, monkeypatch
+):
+    # Raised there, KeyboardInterrupt left the lock held (`with` never ran its exit) and
+    # the workers waiting for it forever, the main thread joining them: a run of the test
+    # above hung so. Now Ctrl-C is only noted while the threads run, then raised.
+    real_init = batch_module._Run.__init__
+
+    def init(run, *args):
+        real_init(run, *args)
+        run.lock = _SignalledOnEntry()
+
+    monkeypatch.setattr(batch_module._Run, "__init__", init)
+    handlers = {
+        sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    }
+
+    def hung(signum, frame):
+        raise TimeoutError("grade() did not return within 30 s of Ctrl-C: a deadlock")
+
+    err = io.StringIO()
+    before = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(30)  # a guard: a regression fails here instead of hanging the suite
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _grade_three(tmp_path, 2, err, _fake(slow=str(tmp_path / "none")))
+        after = {sig: signal.getsignal(sig) for sig in handlers}
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, before)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    assert after == handlers, "grade() left Ctrl-C, SIGTERM or SIGHUP ignored"
+    assert "Interrupted:" in err.getvalue() and (tmp_path / "g.csv").exists()

@@ -4,6 +4,7 @@ everything cleanly."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import re
@@ -303,22 +304,28 @@ class _Run:
         return [output.batch_done(rows, wall) for output in self.outputs]
 
     def _run_threads(self, count: int) -> None:
-        """`count` threads until they are done; on Ctrl-C, cancel and wait for them."""
+        """`count` threads until they are done; on Ctrl-C (SIGTERM, SIGHUP), cancel, wait for
+        them, then raise KeyboardInterrupt.
+
+        Meanwhile an interrupt is only noted (_interrupts_noted), and looked at each tick:
+        raised in the main thread, it could land inside threading.Condition's own Python
+        code, just after the lock was taken (before `with` can let it go: the workers then
+        wait for it forever, as a test run once did) or just after wait() let it go."""
         threads: list[threading.Thread] = []
-        try:
+        with _interrupts_noted() as noted:
             for _ in range(count):
                 threads.append(threading.Thread(target=self._work, daemon=True))
                 threads[-1].start()
-            while any(t.is_alive() for t in threads):
+            while not noted and any(t.is_alive() for t in threads):
                 with self.lock:
                     self.lock.wait(timeout=TICKS.progress)
                     self.progress.tick()
-        except KeyboardInterrupt:
-            _ignore_interrupts()  # a second Ctrl-C must not cut the clean-up short
-            self.cancel.set()
-            for t in threads:
-                t.join()
-            raise
+            if noted:
+                self.cancel.set()
+                for t in threads:
+                    t.join()
+        if noted:
+            raise KeyboardInterrupt
 
     def _work(self) -> None:
         batch = self.batch
@@ -347,6 +354,23 @@ def _interrupt_handlers() -> dict:
     if threading.current_thread() is not threading.main_thread():
         return {}
     return {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+
+
+@contextlib.contextmanager
+def _interrupts_noted():
+    """Inside: Ctrl-C, SIGTERM and SIGHUP, where a Python handler would raise (Ctrl-C's own,
+    run_batch's), are appended to the list yielded instead. After: the handlers put back,
+    or ignored if one came (a second Ctrl-C must not cut grade()'s clean-up short; grade()
+    puts them back at its end)."""
+    noted: list[int] = []
+    replaced = {sig: h for sig, h in _interrupt_handlers().items() if callable(h)}
+    for sig in replaced:
+        signal.signal(sig, lambda signum, frame: noted.append(signum))
+    try:
+        yield noted
+    finally:
+        for sig, handler in replaced.items():
+            signal.signal(sig, signal.SIG_IGN if noted else handler)
 
 
 def _ignore_interrupts() -> None:
