@@ -76,7 +76,9 @@ class Results(tuple):
         return f"Results({list(self)!r})"
 
 
-_launch_lock = threading.Lock()  # one launch at a time in a kernel (its zygote is shared)
+# One launch at a time in a kernel (its zygote is shared). An RLock, so that _launching can
+# ask whether this thread holds it (release() refuses a thread that does not).
+_launch_lock = threading.RLock()
 _background: tuple[Run, weakref.ref] | None = None  # a spawn(join=False) not joined yet
 
 
@@ -213,14 +215,20 @@ def _settle_background() -> None:
 
 @contextlib.contextmanager
 def _launching():
-    """This kernel's one launch at a time, once an unjoined spawn(join=False) is settled."""
-    if not _launch_lock.acquire(blocking=False):
-        raise RuntimeError(MESSAGES["busy"])
+    """This kernel's one launch at a time, once an unjoined spawn(join=False) is settled.
+
+    The lock is taken inside the `try`: an interrupt (the kernel's stop button) that lands
+    just after acquire() returned, before a `try` after it could begin, would leave it held
+    and every later launch in the kernel refused as busy. The `finally` lets it go where this
+    thread holds it, whenever the interrupt came."""
     try:
+        if not _launch_lock.acquire(blocking=False):
+            raise RuntimeError(MESSAGES["busy"])
         _settle_background()
         yield
     finally:
-        _launch_lock.release()
+        with contextlib.suppress(RuntimeError):  # not held by this thread: another launch's
+            _launch_lock.release()
 
 
 def _run(work: Call | Cell, options: Options, daemon: bool = False, plain: bool = False) -> Results:

@@ -762,3 +762,70 @@ def test_a_request_the_helper_cannot_read_is_a_clear_error_and_the_next_launch_w
     monkeypatch.undo()
     assert list(launch(lambda: 1, nprocs=2)) == [1, 1]
     assert client.running() is not helper  # that one was stopped: a fresh one took over
+
+
+def _wait_for_go(flag: str):
+    open(f"{flag}.{os.environ['RANK']}", "w").close()  # this rank has started
+    while not os.path.exists(f"{flag}.go"):
+        time.sleep(0.01)
+
+
+def _launch_in_a_thread(*args, **kwargs) -> tuple[threading.Thread, list]:
+    outcome: list = []
+
+    def run():
+        try:
+            outcome.append(launch(*args, **kwargs))
+        except BaseException as exc:  # noqa: BLE001 - the test reads it
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, outcome
+
+
+def test_a_launch_while_another_thread_launches_is_refused_as_busy(tmp_path):
+    flag = str(tmp_path / "started")
+    thread, outcome = _launch_in_a_thread(_wait_for_go, flag, nprocs=2)
+    try:
+        deadline = time.monotonic() + SOON
+        while not all(os.path.exists(f"{flag}.{rank}") for rank in (0, 1)):
+            assert time.monotonic() < deadline and thread.is_alive(), outcome
+            time.sleep(0.01)
+        with pytest.raises(RuntimeError, match="Another launch is still running"):
+            launch(_nothing, nprocs=2)
+    finally:
+        open(f"{flag}.go", "w").close()
+        thread.join(SOON)
+    assert list(outcome[0]) == [None, None]
+    assert list(launch(_nothing, nprocs=2)) == [None, None]  # the lock was let go
+
+
+class _StoppedOnTaking:
+    """The launch lock, with the kernel's stop landing just after it was taken, once."""
+
+    def __init__(self):
+        self.lock, self.fired = threading.RLock(), False
+
+    def acquire(self, blocking=True):
+        taken = self.lock.acquire(blocking)
+        if taken and not self.fired:
+            self.fired = True
+            raise KeyboardInterrupt  # as the stop button's, between acquire() and a `try`
+        return taken
+
+    def release(self):
+        self.lock.release()
+
+
+def test_a_stop_landing_just_after_the_launch_lock_was_taken_does_not_keep_it(monkeypatch):
+    # Kept, it would refuse every later launch as busy (one from another thread here, where
+    # the lock's reentrance cannot hide it).
+    from ddp_helpers.launcher import api
+
+    monkeypatch.setattr(api, "_launch_lock", _StoppedOnTaking())
+    with pytest.raises(KeyboardInterrupt):
+        launch(_nothing, nprocs=2)
+    thread, outcome = _launch_in_a_thread(_nothing, nprocs=2)
+    thread.join(SOON)
+    assert [list(r) if isinstance(r, Results) else r for r in outcome] == [[None, None]]
