@@ -58,6 +58,23 @@ PRELOAD = (
     "ddp_helpers.launcher.rank",
 )
 
+# The course's own modules, whose functions a check's or a demo's ranks run: a function is
+# sent by reference, so without these here every such rank imports its lesson's package
+# (all of it, and the exercises' core) again, 20-80 ms of CPU a rank, most where Python
+# writes no bytecode (PYTHONDONTWRITEBYTECODE=1, as in many containers: each import then
+# compiles the source). Imported once the zygote is idle after its first launch (warm_up):
+# about 0.1 s, once.
+COURSE = (
+    *(f"ddp_helpers.exercises.lesson{n:02d}" for n in range(1, 6)),
+    "ddp_helpers.demos.activations",
+    "ddp_helpers.demos.communication",
+    "ddp_helpers.demos.scaling",
+    "ddp_helpers.demos.sharding",
+)
+# What lesson 05's ranks import besides (its checks' and cells' checkpoints): with DDP's
+# warm-up, after which it costs some 35 ms (0.5 s without: what torch._dynamo brings).
+WITH_DDP = ("torch.distributed.checkpoint", "torch.distributed.checkpoint.state_dict")
+
 
 def _count_gpus() -> int:
     import torch
@@ -93,6 +110,7 @@ class Zygote:
         # torch._dynamo is imported once idle (warm_up), and `warm` says it was.
         self.warm_wanted = False
         self.warm = False
+        self.course_loaded = False  # COURSE imported (once idle after the first launch)
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
         os.set_blocking(self.wake_r, False)
@@ -159,23 +177,32 @@ class Zygote:
         self.warm_wanted = True
 
     def _warm_due(self) -> bool:
-        return self.warm_wanted and not self.warm
+        return (self.warm_wanted and not self.warm) or (self.launched and not self.course_loaded)
 
     def warm_up(self) -> None:
-        """Import, while idle, what DDP imports lazily (torch._dynamo: 1-2 s per rank).
+        """Import, while idle, what DDP imports lazily (torch._dynamo: 1-2 s per rank), and
+        after the first launch the course's own modules (COURSE).
 
-        Only where DDP models are built (want_warm): elsewhere it would cost its second of
-        CPU and make every fork after it a larger process (RssAnon 217 MB against 146 MB,
-        docs/benchmarks.md).
+        DDP's only where DDP models are built (want_warm): elsewhere it would cost its second
+        of CPU and make every fork after it a larger process (RssAnon 217 MB against 146 MB,
+        docs/benchmarks.md). The course's once a launch has come: a zygote that never
+        launches (a submission that runs no cell of ranks) does not pay for them.
         """
         # The serve loop lets a launch already waiting go first, even a zygote's first.
-        for name in torch_compat.warm_modules(self.compat):
+        names: list[str] = []
+        if self.launched and not self.course_loaded:
+            names += COURSE
+            self.course_loaded = True
+        if self.warm_wanted and not self.warm:
+            ddp = torch_compat.warm_modules(self.compat)
+            names += [*ddp, *WITH_DDP] if ddp else []
+            self.warm = True
+        for name in names:
             try:
                 importlib.import_module(name)
             except Exception:  # an optional speed-up: a rank imports it itself if need be
                 pass
         gc.freeze()
-        self.warm = True
 
     def _close_inherited(self) -> None:
         # In a fresh child: drop the zygote's signal wiring before closing its fds, or a

@@ -677,6 +677,37 @@ def test_expect_ddp_warms_the_running_zygote_and_every_later_zygote(monkeypatch)
     client.shutdown()  # the next test's zygote starts cold
 
 
+def _holds(names):
+    return [name for name in names if name in sys.modules]  # as forked: what the zygote holds
+
+
+def test_after_its_first_launch_the_zygote_holds_the_courses_modules_and_no_rank_imports_them(
+    monkeypatch,
+):
+    # A check's ranks run its harness, sent by reference: each would import its lesson's
+    # package again (compiling it where no bytecode is written). Not torch._dynamo, though:
+    # that stays for where DDP is built (the test above).
+    from ddp_helpers.exercises import LESSONS
+    from ddp_helpers.launcher.zygote import COURSE, WITH_DDP
+
+    assert {f"ddp_helpers.exercises.lesson{lesson}" for lesson in LESSONS} <= set(COURSE)
+    monkeypatch.setattr(client, "_ddp_expected", False)
+    client.shutdown()
+    course = [*COURSE, "ddp_helpers.exercises.kit"]
+    assert list(launch(_holds, course, nprocs=2)) == [[], []]
+    deadline = time.monotonic() + 15
+    while list(launch(_holds, course, nprocs=2)) != [course, course]:
+        assert time.monotonic() < deadline, "the zygote did not import the course's modules"
+        time.sleep(0.1)
+    # DDP's own and the checkpoint package (0.5 s without torch._dynamo) wait for DDP.
+    ddp = ["torch._dynamo", *WITH_DDP]
+    assert list(launch(_holds, ddp, nprocs=2)) == [[], []]
+    client.expect_ddp()
+    assert list(launch(_holds, ddp, nprocs=2)) == [ddp, ddp]
+    monkeypatch.setattr(client, "_ddp_expected", False)
+    client.shutdown()  # the next test's zygote starts cold
+
+
 @pytest.mark.parametrize(
     ("lesson", "expects"),
     [("01", False), ("02", False), ("03", True), ("04", True), ("05", True)],
