@@ -137,7 +137,8 @@ class Zygote:
             # the grader) may never leave the zygote idle, and without the warm-up each DDP
             # rank imports torch._dynamo (1-2 s, every launch). A launch already waiting
             # then waits for it once (about 1 s); a launch that arrives before any was made
-            # never waits.
+            # never waits. The course's modules (COURSE) are due the same way after the
+            # first launch: a launch waiting then waits about 0.1 s, once.
             if not self.children and self._warm_due() and (not ready or self.launched):
                 self.warm_up()
             if self.wake_r in ready:
