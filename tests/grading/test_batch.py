@@ -216,15 +216,18 @@ def test_ctrl_c_before_the_second_try_keeps_the_first_and_restores_the_handlers(
 
 class _SignalledOnEntry(threading.Condition):
     """The batch's lock, with Ctrl-C delivered to the main thread just after it took the
-    lock in Condition.__enter__ (Python code: a signal's handler runs there), once."""
+    lock in Condition.__enter__ (Python code: a signal's handler runs there), once; `taken`
+    is set just after."""
 
-    fired = False
+    def __init__(self, taken: threading.Event):
+        super().__init__()
+        self.taken = taken
 
     def __enter__(self):
         entered = super().__enter__()
-        if threading.current_thread() is threading.main_thread() and not self.fired:
-            self.fired = True
+        if threading.current_thread() is threading.main_thread() and not self.taken.is_set():
             signal.raise_signal(signal.SIGINT)  # its handler runs here, the lock held
+            self.taken.set()
         return entered
 
 
@@ -234,11 +237,20 @@ def test_ctrl_c_that_lands_while_the_main_thread_takes_the_lock_still_stops_the_
     # Raised there, KeyboardInterrupt left the lock held (`with` never ran its exit) and
     # the workers waiting for it forever, the main thread joining them: a run of the test
     # above hung so. Now Ctrl-C is only noted while the threads run, then raised.
-    real_init = batch_module._Run.__init__
+    # No clock: each grading waits until the main thread has taken the lock (a batch
+    # graded whole before the main thread first took it would see no Ctrl-C at all, as a
+    # loaded machine once let it).
+    real_init, taken = batch_module._Run.__init__, threading.Event()
 
     def init(run, *args):
         real_init(run, *args)
-        run.lock = _SignalledOnEntry()
+        run.lock = _SignalledOnEntry(taken)
+
+    fake = _fake(slow=str(tmp_path / "none"))
+
+    def once_the_main_thread_took_the_lock(sub, budget, cancel=None, tmp_root=None):
+        assert taken.wait(30), "the main thread never took the batch's lock"
+        return fake(sub, budget, cancel, tmp_root)
 
     monkeypatch.setattr(batch_module._Run, "__init__", init)
     handlers = {
@@ -253,7 +265,7 @@ def test_ctrl_c_that_lands_while_the_main_thread_takes_the_lock_still_stops_the_
     signal.alarm(30)  # a guard: a regression fails here instead of hanging the suite
     try:
         with pytest.raises(KeyboardInterrupt):
-            _grade_three(tmp_path, 2, err, _fake(slow=str(tmp_path / "none")))
+            _grade_three(tmp_path, 2, err, once_the_main_thread_took_the_lock)
         after = {sig: signal.getsignal(sig) for sig in handlers}
     finally:
         signal.alarm(0)
