@@ -1,9 +1,13 @@
 """lessons/fsdp_train.py, lesson 04's training in FSDP2 with DCP snapshots (lesson 05, Going
-further): under torchrun on 2 ranks of this machine it trains and leaves a complete snapshot
-each epoch; a rank killed mid-run and the group restarted by torchrun, or a job started
-again after a save killed halfway, ends with the losses, weights and optimizer state of a
-run that never stopped. Lesson 05's cells 05-51..05-53 run the same with two torchrun
-commands (a failed job, then the same command again), under nbval."""
+further): on 2 ranks it trains and leaves a complete snapshot each epoch; a rank killed
+mid-run and the group restarted by torchrun, or a job started again after a save killed
+halfway, ends with the losses, weights and optimizer state of a run that never stopped.
+Lesson 05's cells 05-51..05-53 run it under torchrun three times (uninterrupted, a rank
+killed, the same command again), under nbval; here the runs that need no torchrun (the
+uninterrupted one, the start after a half-written save) run the script's own `train` on the
+course's launcher, whose ranks get torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE,
+...): forked, a torchrun job's three fresh interpreters (about 5 core-seconds) spared, and
+its result the same bit for bit, which the restart test below holds."""
 
 from __future__ import annotations
 
@@ -15,11 +19,17 @@ import shutil
 import subprocess
 import sys
 
+import cloudpickle
 import nbformat
 import pytest
 
+from ddp_helpers import launch
 from ddp_helpers.demos import fsdp_job
 from support import ROOT, setup_on_a_machine
+
+# _train_here travels to the ranks by value: a rank that imported this module would import
+# pytest and nbformat too.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 EPOCHS = ["epoch-0000", "epoch-0001", "epoch-0002", "epoch-0003"]
 
@@ -38,23 +48,44 @@ def _torchrun(snapshots, *options: str, **env) -> subprocess.CompletedProcess:
     )
 
 
+def _train_here(epochs: int, snapshots) -> str:
+    """In a rank of the course's launcher: the script's `train`, what it printed returned."""
+    import contextlib
+    import io
+
+    code = runpy.run_path(str(fsdp_job.SCRIPT), run_name="fsdp_train")
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code["train"](epochs, snapshots)
+    return printed.getvalue()
+
+
+def _on_the_launcher(snapshots) -> str:
+    """The script's 4 epochs on 2 ranks of the course's launcher: what rank 0 printed."""
+    return launch(_train_here, 4, snapshots, nprocs=2)[0]
+
+
+def _complete(folder) -> list[str]:
+    """The snapshot folders in `folder`, each asserted complete: every rank's shards and the
+    metadata."""
+    for snapshot in folder.iterdir():
+        names = sorted(p.name for p in snapshot.iterdir())
+        assert names == [".metadata", "__0_0.distcp", "__1_0.distcp"], (snapshot.name, names)
+    return sorted(p.name for p in folder.iterdir())
+
+
 @pytest.fixture(scope="module")
 def whole(tmp_path_factory):
     folder = tmp_path_factory.mktemp("whole") / "snapshots"
-    run = _torchrun(folder)
-    assert run.returncode == 0, run.stderr[-3000:]
-    return folder, run
+    return folder, _on_the_launcher(folder)
 
 
 def test_the_script_trains_and_leaves_one_complete_snapshot_per_epoch(whole):
-    folder, run = whole
-    assert sorted(p.name for p in folder.iterdir()) == EPOCHS
-    for snapshot in folder.iterdir():  # every rank's shards and the metadata
-        names = sorted(p.name for p in snapshot.iterdir())
-        assert names == [".metadata", "__0_0.distcp", "__1_0.distcp"], names
-    losses = fsdp_job.losses(run.stdout)
+    folder, printed = whole
+    assert _complete(folder) == EPOCHS
+    losses = fsdp_job.losses(printed)
     assert list(losses) == [0, 1, 2, 3] and float(losses[3]) < float(losses[0])
-    assert "resuming" not in run.stdout
+    assert "resuming" not in printed
 
 
 def test_a_rank_killed_mid_run_and_restarted_by_torchrun_ends_as_if_never_stopped(whole, tmp_path):
@@ -71,8 +102,10 @@ def test_a_rank_killed_mid_run_and_restarted_by_torchrun_ends_as_if_never_stoppe
     assert run.returncode == 0, run.stderr[-3000:]
     assert "rank 1: dying at step 15 (FAIL_AT_STEP)" in run.stderr
     assert "resuming from epoch-0001: epochs 2 to 3 left" in run.stdout
-    assert fsdp_job.losses(run.stdout) == fsdp_job.losses(whole[1].stdout)
-    assert sorted(p.name for p in folder.iterdir()) == EPOCHS
+    # Bit for bit as the uninterrupted run on the course's launcher: the same script and
+    # environment, whichever starts its processes.
+    assert fsdp_job.losses(run.stdout) == fsdp_job.losses(whole[1])
+    assert _complete(folder) == EPOCHS
     assert fsdp_job.same_snapshot(folder / "epoch-0003", whole[0] / "epoch-0003")
 
 
@@ -86,12 +119,11 @@ def test_a_save_killed_halfway_is_never_taken_for_a_snapshot(whole, tmp_path):
     partial = folder / "epoch-0002.partial"
     partial.mkdir()
     (partial / "__0_0.distcp").write_bytes(b"half written")
-    run = _torchrun(folder)
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert "resuming from epoch-0001: epochs 2 to 3 left" in run.stdout
-    losses = fsdp_job.losses(run.stdout)
-    assert losses == {e: fsdp_job.losses(whole[1].stdout)[e] for e in (2, 3)}
-    assert sorted(p.name for p in folder.iterdir()) == EPOCHS
+    printed = _on_the_launcher(folder)
+    assert "resuming from epoch-0001: epochs 2 to 3 left" in printed
+    losses = fsdp_job.losses(printed)
+    assert losses == {e: fsdp_job.losses(whole[1])[e] for e in (2, 3)}
+    assert _complete(folder) == EPOCHS
     assert fsdp_job.same_snapshot(folder / "epoch-0003", whole[0] / "epoch-0003")
 
 
