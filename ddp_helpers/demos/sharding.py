@@ -84,8 +84,8 @@ MESSAGES = messages(
             "depends on its place in it)"
         ),
         "traffic_sent": (
-            "{scheme}: in a ring, each rank sends {sent:,.0f} bytes (measured) a step; as gloo "
-            "ran it, {ran:,.0f} bytes (measured)"
+            "{scheme}: counted as rings from the calls above, each rank sends {sent:,.0f} bytes "
+            "a step; from the calls gloo ran, {ran:,.0f} bytes"
         ),
         "traffic_predicted": "{scheme}: {sent:,.0f} bytes (predicted) a step",
     },

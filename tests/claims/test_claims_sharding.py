@@ -764,6 +764,17 @@ def test_per_block_sharding_all_gathers_each_block_the_root_alone_gathers_everyt
         assert block * 4 == 544 and every * 4 * 2 == 3976
 
 
+def test_the_pinned_torch_has_neither_the_mpi_nor_the_ucc_backend():
+    # lesson 05 (why a reduce-scatter run as a ring is not measured): the backends that
+    # could run one on the CPU, MPI and UCC, are not built into the torch this course pins
+    # (nccl needs GPUs); gloo is its CPU backend, and it has no reduce-scatter of its own
+    # (the test below).
+    import torch.distributed as dist
+
+    assert dist.is_gloo_available()
+    assert not dist.is_mpi_available() and not dist.is_ucc_available()
+
+
 @pytest.mark.parametrize("world", [2, 3])
 def test_gloo_runs_every_reduce_scatter_as_an_all_reduce_of_the_whole_tensor(request, world):
     # lesson 05 (what torch 2.13 really sends on gloo): gloo has no reduce-scatter of its

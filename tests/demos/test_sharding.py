@@ -174,14 +174,14 @@ def test_gloo_runs_each_reduce_scatter_as_an_all_reduce_of_the_whole_tensor(traf
     assert traffic["sent_as_run"]["fsdp"] == traffic["sent"]["fsdp"] + sum(scattered) / 2
 
 
-def test_the_traffic_table_sets_a_prediction_beside_what_was_measured(traffic):
+def test_the_traffic_table_sets_a_prediction_beside_what_was_counted(traffic):
     predicted = {"ddp": 1.0, "fsdp": 2.0}
     lines = sharding.traffic_table(traffic, predicted).splitlines()
     assert "FSDP2, 2 ranks, forward: 5 x all-gather, in all 69,384 bytes (measured)" in lines
     assert "FSDP2, 2 ranks, as gloo ran it: 5 x all-reduce, in all 69,376 bytes (measured)" in lines
     assert lines[-2:] == [
-        "FSDP2: in a ring, each rank sends 102,660 bytes (measured) a step; as gloo ran it, "
-        "137,348 bytes (measured)",
+        "FSDP2: counted as rings from the calls above, each rank sends 102,660 bytes a step; "
+        "from the calls gloo ran, 137,348 bytes",
         "FSDP2: 2 bytes (predicted) a step",
     ]
     assert any(line.startswith("DDP also broadcasts its buffers") for line in lines)
