@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections import defaultdict
 from pathlib import Path
 
@@ -75,6 +76,12 @@ def pytest_configure(config):
     # Kernels started by nbval inherit this: every multi-rank cell prints rank 0's lines,
     # then rank 1's, ... so the stored outputs can be compared line by line.
     os.environ["DDP_HELPERS_OUTPUT"] = "ordered"
+    # A shell starts a background job (`make test &`, a script's `cmd &`) with Ctrl-C
+    # ignored, and Python then keeps it ignored, in this process, the workers and every
+    # process they start. The tests of Ctrl-C (the launcher's stop, the grader's batch and
+    # its command) press it and expect what a terminal gives: Python's own handler.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config, items):
