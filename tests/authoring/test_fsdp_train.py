@@ -1,12 +1,12 @@
 """lessons/fsdp_train.py, lesson 04's training in FSDP2 with DCP snapshots (lesson 05, Going
 further): on 2 ranks it trains and leaves a complete snapshot each epoch; a rank killed
-mid-run and the group restarted by torchrun, or a job started again after a save killed
-halfway, ends with the losses, weights and optimizer state of a run that never stopped.
+mid-run and the group restarted by torchrun, or a job started again beside a half-written
+save, ends with the losses, weights and optimizer state of a run that never stopped.
 Lesson 05's cells 05-51..05-53 run it under torchrun three times (uninterrupted, a rank
 killed, the same command again), under nbval; here the runs that need no torchrun (the
 uninterrupted one, the start after a half-written save) run the script's own `train` on the
 course's launcher, whose ranks get torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE,
-...): forked, a torchrun job's three fresh interpreters (about 5 core-seconds) spared, and
+...): forked, a torchrun job's three fresh interpreters (6 core-seconds here) spared, and
 its result the same bit for bit, which the restart test below holds."""
 
 from __future__ import annotations
